@@ -1,0 +1,40 @@
+"""The only place where gradkit touches TensorFlow, JAX or PyTorch.
+
+Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same functions:
+
+- `compile_grad(fn, wrt, per_output=False)`: compiles the pure loss function
+  `fn(trainable, non_trainable, x, y, sample_weight) -> loss` and returns a callable with the same
+  arguments that gives `(loss, grads)`, the gradient taken w.r.t. `x` (`wrt="x"`) or w.r.t.
+  `trainable` (`wrt="trainable"`). With `per_output=True`, `fn` returns a vector of K losses and the
+  gradients have a leading axis of size K (one backward pass per entry, inside the same compiled call).
+- `variable_values(variables, differentiable)`: the current values of Keras variables, passed as
+  arguments so that later training is seen without recompiling.
+- `EAGER`: True where nothing is traced (PyTorch); gradkit then counts distinct input signatures.
+- `wrap_train_step(model, record)`: makes `model.train_step` hand the gradients the step computed to
+  `record(grads, scale, logs, metric_state)` (see `gradkit.callbacks`).
+
+The module is chosen from `keras.backend.backend()` at import time, the Keras way (`KERAS_BACKEND`).
+"""
+
+import keras
+
+_name = keras.backend.backend()
+if _name == "tensorflow":
+    from gradkit.backend import tensorflow as _impl
+elif _name == "jax":
+    from gradkit.backend import jax as _impl
+elif _name == "torch":
+    from gradkit.backend import torch as _impl
+else:  # pragma: no cover - numpy/openvino have no autodiff
+    raise ImportError(
+        "gradkit needs a Keras backend with automatic differentiation: "
+        f"tensorflow, jax or torch. Received: KERAS_BACKEND={_name!r}"
+    )
+
+NAME = _name
+EAGER = _impl.EAGER
+compile_grad = _impl.compile_grad
+variable_values = _impl.variable_values
+wrap_train_step = _impl.wrap_train_step
+
+__all__ = ["NAME", "EAGER", "compile_grad", "variable_values", "wrap_train_step"]

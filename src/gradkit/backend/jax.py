@@ -1,0 +1,147 @@
+"""JAX backend: `jax.jit` over `jax.value_and_grad`, with every variable value passed as an argument."""
+
+import jax
+import jax.numpy as jnp
+from jax.extend.core import Literal
+
+from gradkit.errors import DisconnectedGradientError
+
+EAGER = False
+
+# Primitives whose derivative is zero everywhere: a loss reached only through them does not depend on
+# its inputs in any useful way (TensorFlow returns None for them; JAX returns zeros silently).
+_ZERO_DERIVATIVE = {
+    "argmax", "argmin", "round", "floor", "ceil", "sign", "eq", "ne", "lt", "le", "gt", "ge",
+    "and", "or", "not", "xor", "is_finite", "stop_gradient",
+}  # fmt: skip
+
+
+def variable_values(variables, differentiable=False):
+    """The current values of Keras variables as JAX arrays."""
+    del differentiable
+    return [v.value for v in variables]
+
+
+def _float(var):
+    aval = getattr(var, "aval", None)
+    return aval is not None and jnp.issubdtype(aval.dtype, jnp.inexact)
+
+
+def _subjaxprs(eqn):
+    for param in eqn.params.values():
+        for item in param if isinstance(param, (list, tuple)) else (param,):
+            inner = getattr(item, "jaxpr", item)
+            if hasattr(inner, "eqns"):
+                yield inner
+
+
+def _connected(jaxpr, live):
+    """Which outputs of `jaxpr` depend differentiably on the invars flagged in `live`."""
+    connected = {v for v, flag in zip(jaxpr.invars, live) if flag and _float(v)}
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in _ZERO_DERIVATIVE:
+            continue
+        inputs = [not isinstance(v, Literal) and v in connected for v in eqn.invars]
+        if not any(inputs):
+            continue
+        subs = list(_subjaxprs(eqn))
+        if len(subs) == 1 and len(subs[0].invars) == len(eqn.invars):
+            outs = _connected(subs[0], inputs)
+        else:
+            outs = [True] * len(eqn.outvars)
+        connected.update(v for v, flag in zip(eqn.outvars, outs) if flag and _float(v))
+    return [not isinstance(v, Literal) and v in connected for v in jaxpr.outvars]
+
+
+def _check_connected(fn, argnum, args):
+    closed = jax.make_jaxpr(fn)(*args)
+    leaves = [jax.tree_util.tree_leaves(a) for a in args]
+    live = [i == argnum for i, group in enumerate(leaves) for _ in group]
+    if not any(_connected(closed.jaxpr, live)):
+        raise DisconnectedGradientError(
+            "The loss does not depend on the values it is differentiated with respect to "
+            "(a step such as argmax, round or a comparison cuts the gradient)."
+        )
+
+
+def compile_grad(fn, wrt, per_output=False):
+    """Compile `fn(trainable, non_trainable, x, y, sample_weight)` and its gradient w.r.t. `wrt`."""
+    argnum = 2 if wrt == "x" else 0
+
+    def traced(*args):
+        call.trace_count += 1
+        return fn(*args)
+
+    if per_output:
+
+        def value_and_grad(*args):
+            return traced(*args), jax.jacrev(fn, argnums=argnum)(*args)
+
+        compiled = jax.jit(value_and_grad)
+    else:
+        compiled = jax.jit(jax.value_and_grad(traced, argnums=argnum))
+    checked = set()
+
+    def call(*args):
+        signature = jax.tree_util.tree_map(lambda a: (tuple(a.shape), str(a.dtype)), args)
+        key = repr(signature)
+        if key not in checked:
+            _check_connected(fn, argnum, args)
+            checked.add(key)
+        return compiled(*args)
+
+    call.trace_count = 0
+    return call
+
+
+def _loss_scale(optimizer, optimizer_values):
+    if hasattr(optimizer, "dynamic_scale"):
+        index = [id(v) for v in optimizer.variables].index(id(optimizer.dynamic_scale))
+        return optimizer_values[index]
+    return jnp.asarray(float(optimizer.loss_scale_factor or 1.0))
+
+
+def wrap_train_step(model, metric, norms_fn):
+    """Make `model.train_step` record the norms of the gradients it applies into `metric`."""
+    step_cls = type(model)
+
+    def metric_slots():
+        ids = [id(v) for v in model.metrics_variables]
+        return [ids.index(id(v)) for v in metric.variables]
+
+    def train_step(state, data):
+        optimizer = model.optimizer
+        captured = {}
+        stateless_apply = optimizer.stateless_apply
+
+        def capturing_apply(optimizer_values, grads, trainable_values):
+            captured["grads"] = list(grads)
+            captured["scale"] = _loss_scale(optimizer, optimizer_values)
+            return stateless_apply(optimizer_values, grads, trainable_values)
+
+        optimizer.stateless_apply = capturing_apply
+        try:
+            logs, state = step_cls.train_step(model, state, data)
+        finally:
+            del optimizer.stateless_apply
+        trainable, non_trainable, optimizer_values, metric_values = state
+        metric_values = list(metric_values)
+        slots = metric_slots()
+        values = [metric_values[i] for i in slots]
+        if "grads" in captured:
+            norms = norms_fn(captured["grads"], captured["scale"])
+            values = metric.stateless_update_state(values, norms)
+            for i, value in zip(slots, values):
+                metric_values[i] = value
+        logs = dict(logs)
+        logs.update(metric.stateless_result(values))
+        return logs, (trainable, non_trainable, optimizer_values, metric_values)
+
+    def test_step(state, data):
+        logs, state = step_cls.test_step(model, state, data)
+        logs = dict(logs)
+        for key in metric.result_names():
+            logs.pop(key, None)
+        return logs, state
+
+    return train_step, test_step

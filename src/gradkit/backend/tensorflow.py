@@ -1,0 +1,87 @@
+"""TensorFlow backend: one `tf.function` per loss, differentiated with `tf.GradientTape`."""
+
+import tensorflow as tf
+
+from gradkit.errors import DisconnectedGradientError
+
+EAGER = False
+
+
+def variable_values(variables, differentiable=False):
+    """The `tf.Variable`s behind Keras variables (read inside the graph at call time)."""
+    del differentiable  # the tape only differentiates what it is asked for
+    return [v.value for v in variables]
+
+
+def _gradient(tape, loss, target):
+    flat = tf.nest.flatten(target)
+    grads = tape.gradient(loss, flat)
+    if all(g is None for g in grads):
+        raise DisconnectedGradientError(
+            "The loss does not depend on the values it is differentiated with respect to "
+            "(a step such as argmax, round or a comparison cuts the gradient)."
+        )
+    grads = [tf.zeros_like(t) if g is None else tf.convert_to_tensor(g) for t, g in zip(flat, grads)]
+    return tf.nest.pack_sequence_as(target, grads)
+
+
+def compile_grad(fn, wrt, per_output=False):
+    """Compile `fn(trainable, non_trainable, x, y, sample_weight)` and its gradient w.r.t. `wrt`."""
+
+    @tf.function(autograph=False)
+    def value_and_grad(trainable, non_trainable, x, y, sample_weight):
+        call.trace_count += 1
+        target = x if wrt == "x" else trainable
+        with tf.GradientTape(persistent=per_output, watch_accessed_variables=False) as tape:
+            tape.watch(target)
+            loss = fn(trainable, non_trainable, x, y, sample_weight)
+        if not per_output:
+            return loss, _gradient(tape, loss, target)
+        rows = [_gradient(tape, loss[k], target) for k in range(loss.shape[0])]
+        return loss, tf.nest.map_structure(lambda *g: tf.stack(g), *rows)
+
+    def call(*args):
+        return value_and_grad(*args)
+
+    call.trace_count = 0
+    return call
+
+
+def _loss_scale(optimizer):
+    if hasattr(optimizer, "dynamic_scale"):
+        return tf.convert_to_tensor(optimizer.dynamic_scale.value)
+    return tf.constant(float(optimizer.loss_scale_factor or 1.0))
+
+
+def wrap_train_step(model, metric, norms_fn):
+    """Make `model.train_step` record the norms of the gradients it applies into `metric`."""
+    step_cls = type(model)
+
+    def train_step(data):
+        optimizer = model.optimizer
+        captured = {}
+        apply = optimizer.apply
+
+        def capturing_apply(grads, trainable_variables=None):
+            captured["grads"] = list(grads)
+            captured["scale"] = _loss_scale(optimizer)
+            return apply(grads, trainable_variables)
+
+        optimizer.apply = capturing_apply
+        try:
+            logs = step_cls.train_step(model, data)
+        finally:
+            del optimizer.apply
+        if "grads" in captured:
+            metric.update_state(norms_fn(captured["grads"], captured["scale"]))
+        logs = dict(logs)
+        logs.update(metric.result())
+        return logs
+
+    def test_step(data):
+        logs = dict(step_cls.test_step(model, data))
+        for key in metric.result_names():
+            logs.pop(key, None)
+        return logs
+
+    return train_step, test_step

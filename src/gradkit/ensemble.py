@@ -1,0 +1,130 @@
+"""`WeightedEnsemble`: K Keras classifiers with non-negative weights alpha_k."""
+
+import keras
+import numpy as np
+
+from gradkit import losses as losses_lib
+from gradkit import validation
+
+
+class WeightedEnsemble:
+    """A weighted ensemble of Keras classifiers, as built by boosting.
+
+    Its loss is the weighted sum of the members' losses, sum_k alpha_k * L(y, f_k(x)), so its input
+    gradient is sum_k alpha_k * grad_x L(y, f_k(x)) (the gradient used to attack AdaBoost ensembles).
+    gradkit computes all K members' gradients in one compiled call.
+
+    Args:
+        models: sequence of K >= 1 built Keras models with the same input and output shapes.
+        weights: sequence of K finite, non-negative floats alpha_k, not all zero. Defaults to equal
+            weights 1/K.
+        normalize_gradients: when True, each member's per-sample input gradient is divided by its L2
+            norm (over all input features) before weighting, so that one member with large gradients
+            does not dominate the sign. Defaults to False.
+
+    Raises:
+        ValueError: empty `models`, a length mismatch, or negative/non-finite/all-zero `weights`.
+        TypeError: a member that is not a Keras model.
+
+    Example:
+        >>> ens = WeightedEnsemble([m1, m2], [0.7, 0.3])      # doctest: +SKIP
+        >>> ens.predict(x)        # weighted hard vote, shape (n,), int64  # doctest: +SKIP
+    """
+
+    def __init__(self, models, weights=None, *, normalize_gradients=False):
+        models = list(models)
+        if not models:
+            raise ValueError("`models` must hold at least one Keras model. Received: models=[]")
+        for i, model in enumerate(models):
+            if not isinstance(model, keras.Model):
+                raise TypeError(
+                    f"`models[{i}]` must be a keras.Model. Received: {type(model).__name__}"
+                )
+        if weights is None:
+            weights = np.full(len(models), 1.0 / len(models))
+        w = np.asarray(weights, dtype=np.float64)
+        if w.shape != (len(models),):
+            raise ValueError(
+                f"`weights` must have one entry per model ({len(models)}). Received: shape {w.shape}"
+            )
+        if not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
+            raise ValueError(
+                f"`weights` must be finite, >= 0 and not all zero. Received: weights={w.tolist()}"
+            )
+        self.models = tuple(models)
+        self.weights = tuple(float(v) for v in w)
+        self.normalize_gradients = bool(normalize_gradients)
+
+    def __len__(self):
+        return len(self.models)
+
+    def _member_proba(self, model, x, batch_size):
+        out = np.asarray(model.predict(x, batch_size=batch_size, verbose=0), dtype=np.float64)
+        out = validation.select_output(out, 0) if isinstance(out, (list, dict)) else out
+        spec = losses_lib.resolve_loss(None, model) if getattr(model, "loss", None) else None
+        if spec is not None and spec.from_logits:
+            out = np.exp(out - out.max(axis=-1, keepdims=True))
+            out /= out.sum(axis=-1, keepdims=True)
+        return out
+
+    def predict_proba(self, x, batch_size=256):
+        """Weighted mean of the members' class probabilities.
+
+        Args:
+            x: inputs, shaped like the members' inputs, `(n, ...)`.
+            batch_size: prediction batch size. Defaults to 256.
+
+        Returns:
+            float64 array `(n, n_classes)`, sum_k alpha_k p_k(x) / sum_k alpha_k. Members compiled
+            with `from_logits=True` losses have their outputs passed through a softmax first.
+        """
+        total = sum(w * self._member_proba(m, x, batch_size) for m, w in zip(self.models, self.weights))
+        return total / sum(self.weights)
+
+    def decision_function(self, x, batch_size=256):
+        """Weighted hard votes: `(n, n_classes)` float64, sum_k alpha_k * onehot(argmax f_k(x))."""
+        votes = None
+        for model, w in zip(self.models, self.weights):
+            pred = self._member_proba(model, x, batch_size).argmax(axis=-1)
+            onehot = np.eye(self._n_classes(model))[pred] * w
+            votes = onehot if votes is None else votes + onehot
+        return votes
+
+    def predict(self, x, *, voting="hard", batch_size=256):
+        """Predicted class ids, `(n,)` int64.
+
+        Args:
+            x: inputs `(n, ...)`.
+            voting: `"hard"` (default): argmax of the weighted votes, as AdaBoost decides;
+                `"soft"`: argmax of `predict_proba`.
+            batch_size: prediction batch size. Defaults to 256.
+
+        Raises:
+            ValueError: `voting` is neither "hard" nor "soft".
+        """
+        if voting == "hard":
+            return self.decision_function(x, batch_size).argmax(axis=-1)
+        if voting == "soft":
+            return self.predict_proba(x, batch_size).argmax(axis=-1)
+        raise ValueError(f'`voting` must be "hard" or "soft". Received: voting={voting!r}')
+
+    @staticmethod
+    def _n_classes(model):
+        return validation.n_outputs(model, 0)
+
+    def __repr__(self):
+        return f"WeightedEnsemble(k={len(self.models)}, weights={[round(w, 4) for w in self.weights]})"
+
+
+def as_ensemble(model_or_ensemble):
+    """A `WeightedEnsemble` for an ensemble or a single model (weight 1)."""
+    if isinstance(model_or_ensemble, WeightedEnsemble):
+        return model_or_ensemble
+    if hasattr(model_or_ensemble, "as_ensemble"):
+        return model_or_ensemble.as_ensemble()
+    if isinstance(model_or_ensemble, keras.Model):
+        return WeightedEnsemble([model_or_ensemble], [1.0])
+    raise TypeError(
+        "`model` must be a keras.Model, a gradkit.WeightedEnsemble or a fitted boosting estimator. "
+        f"Received: {type(model_or_ensemble).__name__}"
+    )

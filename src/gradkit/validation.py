@@ -1,0 +1,165 @@
+"""Checks of user input, run before any work starts; every message names the argument."""
+
+import keras
+import numpy as np
+from keras import tree
+
+
+def _is_symbolic(value):
+    return isinstance(value, keras.KerasTensor) or hasattr(value, "_keras_history")
+
+
+def model_inputs(model):
+    """The symbolic inputs of a Sequential/Functional model, or None for subclassed models."""
+    try:
+        inputs = model.inputs
+    except (AttributeError, ValueError):
+        return None
+    return list(inputs) if inputs else None
+
+
+def input_names(model):
+    inputs = model_inputs(model)
+    return [getattr(t, "name", f"input_{i}") for i, t in enumerate(inputs or [])]
+
+
+def check_x(model, x, *, name="x", require_float=True):
+    """Validates model input data and returns it as numpy arrays in the structure given.
+
+    Returns:
+        `(x, n)`: `x` with every leaf a numpy array (floating leaves cast to the model input dtype),
+        and the number of samples.
+
+    Raises:
+        TypeError: symbolic tensors, non-numeric data, or integer inputs when `require_float`.
+        ValueError: empty data, leaves of different lengths, a wrong feature shape, NaN or inf.
+    """
+    if x is None:
+        raise ValueError(f"`{name}` is required. Received: {name}=None")
+    if any(_is_symbolic(leaf) for leaf in tree.flatten(x)):
+        raise TypeError(
+            f"`{name}` must hold concrete arrays (numpy or backend tensors), not symbolic Keras "
+            f"tensors such as `model.input`. Received: {name} of type "
+            f"{type(tree.flatten(x)[0]).__name__}"
+        )
+    specs = model_inputs(model)
+    if isinstance(x, dict) and specs:
+        names = input_names(model)
+        unknown = sorted(set(x) - set(names))
+        if unknown:
+            raise ValueError(f"`{name}` has keys {unknown} that are not model inputs {names}.")
+        leaves = {k: np.asarray(x[k]) for k in names if k in x}
+        missing = [k for k in names if k not in x]
+        if missing:
+            raise ValueError(f"`{name}` lacks the model inputs {missing}.")
+        pairs = [(leaves[k], spec, k) for k, spec in zip(names, specs)]
+        out = leaves
+    else:
+        given = list(x) if isinstance(x, (list, tuple)) else [x]
+        if specs and len(given) != len(specs):
+            raise ValueError(
+                f"`{name}` must have {len(specs)} input array(s), one per model input "
+                f"{input_names(model)}. Received: {len(given)}"
+            )
+        arrays = [np.asarray(a) for a in given]
+        pairs = [(a, spec, k) for a, spec, k in zip(arrays, specs or [None] * len(arrays),
+                                                     input_names(model) or [name] * len(arrays))]
+        out = arrays if isinstance(x, (list, tuple)) else arrays[0]
+    lengths = {a.shape[0] if a.ndim else -1 for a, _, _ in pairs}
+    if len(lengths) != 1 or -1 in lengths or 0 in lengths:
+        raise ValueError(
+            f"`{name}` must be non-empty arrays with the same number of samples. "
+            f"Received shapes: {[a.shape for a, _, _ in pairs]}"
+        )
+    casted = [_check_leaf(a, spec, label, name, require_float) for a, spec, label in pairs]
+    if isinstance(out, dict):
+        out = dict(zip(out.keys(), casted))
+    elif isinstance(out, list):
+        out = casted
+    else:
+        out = casted[0]
+    return out, lengths.pop()
+
+
+def _check_leaf(arr, spec, label, name, require_float):
+    if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise TypeError(f"`{name}` must be numeric. Received: dtype={arr.dtype} for input {label!r}")
+    spec_dtype = getattr(spec, "dtype", None) or "float32"
+    if require_float and (
+        not np.issubdtype(arr.dtype, np.floating) or not str(spec_dtype).startswith(("float", "bfloat"))
+    ):
+        raise TypeError(
+            "Input gradients need a floating input, but input "
+            f"{label!r} has dtype {arr.dtype} (model input dtype {spec_dtype}). No gradient exists "
+            "w.r.t. integer ids; for an Embedding model, differentiate at the embedding output "
+            "(a model that takes the embeddings as input)."
+        )
+    if spec is not None:
+        expected = tuple(spec.shape[1:])
+        got = arr.shape[1:]
+        if len(expected) != len(got) or any(e is not None and e != g for e, g in zip(expected, got)):
+            raise ValueError(
+                f"`{name}` must have feature shape {expected} for input {label!r}. "
+                f"Received: {name}.shape={arr.shape}"
+            )
+    if np.issubdtype(arr.dtype, np.floating):
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"`{name}` contains NaN or inf (input {label!r}).")
+        return arr.astype(str(spec_dtype) if require_float else arr.dtype, copy=False)
+    return arr
+
+
+def check_sample_weight(sample_weight, n, name="sample_weight"):
+    """Returns float32 weights of shape (n,): ones when None; finite and >= 0 otherwise."""
+    if sample_weight is None:
+        return np.ones(n, np.float32)
+    w = np.asarray(sample_weight, dtype=np.float64)
+    if w.shape != (n,):
+        raise ValueError(f"`{name}` must have shape ({n},). Received: {name}.shape={w.shape}")
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise ValueError(f"`{name}` must be finite and >= 0.")
+    return w.astype(np.float32)
+
+
+def check_batch_size(batch_size, name="batch_size"):
+    if batch_size is None:
+        return None
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"`{name}` must be a positive integer or None. Received: {name}={batch_size!r}")
+    return int(batch_size)
+
+
+def output_index(model, output):
+    """Resolves `output` (None, a name or an index) to an index into the model's outputs."""
+    outputs = getattr(model, "outputs", None) or [None]
+    names = list(getattr(model, "output_names", None) or [])
+    if output is None:
+        if len(outputs) > 1:
+            raise ValueError(
+                f"The model has {len(outputs)} outputs {names}: pass `output=` (a name or an index) "
+                "to say which one the loss is computed on."
+            )
+        return 0
+    if isinstance(output, str):
+        if output not in names:
+            raise ValueError(f"`output` must be one of {names}. Received: output={output!r}")
+        return names.index(output)
+    if isinstance(output, (int, np.integer)) and 0 <= output < len(outputs):
+        return int(output)
+    raise ValueError(f"`output` must be a name in {names} or an index < {len(outputs)}. Received: {output!r}")
+
+
+def select_output(outputs, index):
+    if isinstance(outputs, dict):
+        return list(outputs.values())[index]
+    if isinstance(outputs, (list, tuple)):
+        return outputs[index]
+    return outputs
+
+
+def n_outputs(model, index):
+    """Size of the last axis of output `index` (the number of classes of a classifier)."""
+    shape = getattr(model, "outputs", None)
+    if shape:
+        return int(model.outputs[index].shape[-1] or 0)
+    return 0
