@@ -1,16 +1,51 @@
-"""gradkit: compiled loss gradients for Keras 3 classifiers on TensorFlow, JAX and PyTorch."""
+"""gradkit: compiled loss gradients for Keras 3 classifiers on TensorFlow, JAX and PyTorch.
 
-from gradkit.ensemble import WeightedEnsemble
-from gradkit.errors import DisconnectedGradientError
-from gradkit.gradients import InputGradient, WeightGradient, input_gradient, weight_gradients
+Everything is importable from the top level (`gradkit.pgd`, `gradkit.AdaBoostM1`, ...). Submodules are
+imported on first use, so `import gradkit` stays fast and plotting code never loads matplotlib early.
+"""
+
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "DisconnectedGradientError",
-    "InputGradient",
-    "WeightGradient",
-    "WeightedEnsemble",
-    "input_gradient",
-    "weight_gradients",
-]
+_EXPORTS = {
+    # gradient engine
+    "InputGradient": "gradkit.gradients",
+    "WeightGradient": "gradkit.gradients",
+    "input_gradient": "gradkit.gradients",
+    "weight_gradients": "gradkit.gradients",
+    "WeightedEnsemble": "gradkit.ensemble",
+    "DisconnectedGradientError": "gradkit.errors",
+    # gradient-norm diagnostics
+    "gradient_norm": "gradkit.norms",
+    "GradientNormCallback": "gradkit.callbacks",
+    "track_gradient_norm": "gradkit.callbacks",
+    "plot_grad_norm": "gradkit.plotting",
+    "plot_robustness": "gradkit.plotting",
+    # attacks
+    "fgsm": "gradkit.attacks",
+    "bim": "gradkit.attacks",
+    "pgd": "gradkit.attacks",
+    "robustness_curve": "gradkit.robustness",
+    # boosting
+    "AdaBoostM1": "gradkit.boosting",
+    "SAMME": "gradkit.boosting",
+    "load": "gradkit.persistence",
+    # study
+    "run_study": "gradkit.study",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gradkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
