@@ -266,10 +266,14 @@ class WeightGradient:
 
     def __call__(self, x, y, sample_weight=None):
         x, n = validation.check_x(self.model, x, require_float=False)
-        targets = y if len(self.heads) > 1 else [y]
-        if isinstance(targets, dict):
+        if isinstance(y, dict):
             names = list(self.model.output_names)
-            targets = [targets[names[i]] for i, _, _ in self.heads]
+            missing = [names[i] for i, _, _ in self.heads if names[i] not in y]
+            if missing:
+                raise ValueError(f"`y` lacks targets for the outputs {missing}.")
+            targets = [y[names[i]] for i, _, _ in self.heads]
+        else:
+            targets = y if len(self.heads) > 1 else [y]
         if len(targets) != len(self.heads):
             raise ValueError(f"`y` must hold one target per output with a loss ({len(self.heads)}).")
         ys = []

@@ -35,9 +35,10 @@ def compile_grad(fn, wrt, per_output=False):
         with tf.GradientTape(persistent=per_output, watch_accessed_variables=False) as tape:
             tape.watch(target)
             loss = fn(trainable, non_trainable, x, y, sample_weight)
+            parts = [loss[k] for k in range(loss.shape[0])] if per_output else None
         if not per_output:
             return loss, _gradient(tape, loss, target)
-        rows = [_gradient(tape, loss[k], target) for k in range(loss.shape[0])]
+        rows = [_gradient(tape, part, target) for part in parts]
         return loss, tf.nest.map_structure(lambda *g: tf.stack(g), *rows)
 
     def call(*args):

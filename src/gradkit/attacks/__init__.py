@@ -1,0 +1,23 @@
+"""Gradient attacks on Keras models and weighted ensembles: FGSM, BIM and PGD (Linf and L2).
+
+All three are the same projected loop (`gradkit.attacks._base`): FGSM is one BIM step with
+`eps_step = eps`; BIM is PGD without random start. Every iterate is projected onto the eps-ball around
+the clean input and clipped to `clip_values`. Each step is one compiled `gradkit.InputGradient` call
+for all ensemble members, and attacks on the same model with the same `loss`/`output`/`batch_size`
+share that compiled function. The loop over steps is a Python loop: on CPU a PGD fused into one
+`jax.lax.fori_loop` measured 7.5x slower than a Python loop of jitted steps (equal on an H200 GPU).
+
+References:
+    Goodfellow, Shlens & Szegedy (2015), "Explaining and harnessing adversarial examples", ICLR,
+    https://arxiv.org/abs/1412.6572
+    Kurakin, Goodfellow & Bengio (2017), "Adversarial examples in the physical world", ICLR workshop,
+    https://arxiv.org/abs/1607.02533
+    Madry, Makelov, Schmidt, Tsipras & Vladu (2018), "Towards deep learning models resistant to
+    adversarial attacks", ICLR, https://arxiv.org/abs/1706.06083
+"""
+
+from gradkit.attacks.bim import bim
+from gradkit.attacks.fgsm import fgsm
+from gradkit.attacks.pgd import pgd
+
+__all__ = ["fgsm", "bim", "pgd"]

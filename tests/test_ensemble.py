@@ -1,0 +1,77 @@
+"""WeightedEnsemble: linearity of the input gradient, prediction, argument checks."""
+
+import keras
+import numpy as np
+import pytest
+from conftest import set_weights_from
+
+import gradkit
+
+
+def member(seed):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6, "tanh"), keras.layers.Dense(3)])
+    set_weights_from(model, seed=seed)
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+X = np.random.RandomState(0).rand(5, 4).astype(np.float32)
+Y = np.array([0, 1, 2, 1, 0])
+
+
+def test_weights_one_zero_equal_first_member():
+    m1, m2 = member(1), member(2)
+    ens = gradkit.InputGradient(gradkit.WeightedEnsemble([m1, m2], [1.0, 0.0]))(X, Y)
+    np.testing.assert_allclose(ens, gradkit.input_gradient(m1, X, Y), rtol=1e-6, atol=1e-7)
+
+
+def test_two_copies_half_weights_equal_model():
+    m = member(3)
+    ens = gradkit.InputGradient(gradkit.WeightedEnsemble([m, m], [0.5, 0.5]))(X, Y)
+    np.testing.assert_allclose(ens, gradkit.input_gradient(m, X, Y), rtol=1e-5, atol=1e-7)
+
+
+def test_weighted_sum_of_member_gradients():
+    models, alpha = [member(4), member(5), member(6)], [0.2, 1.5, 0.7]
+    fn = gradkit.InputGradient(gradkit.WeightedEnsemble(models, alpha))
+    expected = sum(a * gradkit.input_gradient(m, X, Y) for m, a in zip(models, alpha))
+    np.testing.assert_allclose(fn(X, Y), expected, rtol=1e-5, atol=1e-6)
+    assert fn.trace_count == 1  # one compiled function for all members
+
+
+def test_normalized_member_gradients():
+    m1, m2 = member(7), member(8)
+    fn = gradkit.InputGradient(gradkit.WeightedEnsemble([m1, m2], [1.0, 3.0], normalize_gradients=True))
+    g1, g2 = gradkit.input_gradient(m1, X, Y), gradkit.input_gradient(m2, X, Y)
+    unit = lambda g: g / np.linalg.norm(g, axis=1, keepdims=True)  # noqa: E731
+    np.testing.assert_allclose(fn(X, Y), unit(g1) + 3.0 * unit(g2), rtol=1e-5, atol=1e-6)
+
+
+def test_predictions_hard_and_soft():
+    m1, m2 = member(9), member(10)
+    ens = gradkit.WeightedEnsemble([m1, m2], [0.25, 0.75])
+    softmax = lambda z: np.exp(z) / np.exp(z).sum(1, keepdims=True)  # noqa: E731
+    p1, p2 = softmax(m1.predict(X, verbose=0)), softmax(m2.predict(X, verbose=0))
+    np.testing.assert_allclose(ens.predict_proba(X), 0.25 * p1 + 0.75 * p2, rtol=1e-5)
+    votes = 0.25 * np.eye(3)[p1.argmax(1)] + 0.75 * np.eye(3)[p2.argmax(1)]
+    np.testing.assert_array_equal(ens.predict(X), votes.argmax(1))
+    np.testing.assert_array_equal(ens.predict(X, voting="soft"), (0.25 * p1 + 0.75 * p2).argmax(1))
+    with pytest.raises(ValueError, match="voting"):
+        ens.predict(X, voting="median")
+
+
+@pytest.mark.parametrize(
+    "models, weights, error, match",
+    [
+        ([], None, ValueError, "at least one"),
+        (["not a model"], None, TypeError, "keras.Model"),
+        (None, [1.0], ValueError, "one entry per model"),
+        (None, [1.0, -0.5], ValueError, ">= 0"),
+        (None, [0.0, 0.0], ValueError, "not all zero"),
+        (None, [1.0, np.nan], ValueError, "finite"),
+    ],
+)
+def test_bad_arguments(models, weights, error, match):
+    models = [member(1), member(2)] if models is None else models
+    with pytest.raises(error, match=match):
+        gradkit.WeightedEnsemble(models, weights)

@@ -1,0 +1,202 @@
+"""InputGradient on every backend: values, finite differences, tracing, training seen (cases G1, G2, G4, N3)."""
+
+import keras
+import numpy as np
+import pytest
+from conftest import BACKEND, central_difference, set_weights_from
+
+import gradkit
+
+
+def g1_model():
+    inp = keras.Input((4,))
+    hidden = keras.layers.Dense(8, activation="relu")(inp)
+    model = keras.Model(inp, keras.layers.Dense(3)(hidden))
+    set_weights_from(model, seed=1)
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def numpy_logits(model, x):
+    w1, b1, w2, b2 = [np.asarray(w, np.float64) for w in model.get_weights()]
+    return np.maximum(x @ w1 + b1, 0) @ w2 + b2
+
+
+def numpy_ce(logits, y):
+    z = logits - logits.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    return -logp[np.arange(len(y)), y]
+
+
+G1_X = np.linspace(-1, 1, 8).reshape(2, 4).astype(np.float32)
+G1_Y = np.array([0, 2])
+
+
+def test_g1_finite_difference_and_hand_computed():
+    model = g1_model()
+    grad = gradkit.input_gradient(model, G1_X, G1_Y)
+    assert grad.dtype == np.float32 and grad.shape == (2, 4)
+    assert np.all(np.isfinite(grad)) and np.any(grad != 0)
+    fd = central_difference(lambda x: numpy_ce(numpy_logits(model, x), G1_Y).sum(), G1_X)
+    np.testing.assert_allclose(grad, fd, rtol=1e-3, atol=1e-6)
+    # Hand-written backward pass in float64: the same on every backend to 1e-5.
+    w1, b1, w2, b2 = [np.asarray(w, np.float64) for w in model.get_weights()]
+    pre = G1_X @ w1 + b1
+    logits = np.maximum(pre, 0) @ w2 + b2
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    d_logits = p - np.eye(3)[G1_Y]
+    exact = ((d_logits @ w2.T) * (pre > 0)) @ w1.T
+    np.testing.assert_allclose(grad, exact, atol=1e-5)
+
+
+def test_g1_symbolic_input_is_rejected():
+    model = g1_model()
+    with pytest.raises(TypeError, match="concrete arrays"):
+        gradkit.input_gradient(model, model.input, G1_Y)
+
+
+def test_g2_integer_inputs_rejected_but_weight_gradients_work():
+    inp = keras.Input((3,), dtype="int32")
+    emb = keras.layers.Embedding(10, 4)(inp)
+    model = keras.Model(inp, keras.layers.Dense(2)(keras.layers.Flatten()(emb)))
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x = np.array([[1, 2, 3]], dtype=np.int32)
+    with pytest.raises(TypeError, match="floating input.*int32.*embedding"):
+        gradkit.input_gradient(model, x, [1])
+    grads = gradkit.weight_gradients(model, x, [1])
+    table = grads[0]
+    assert table.shape == (10, 4)
+    nonzero_rows = np.flatnonzero(np.abs(table).sum(axis=1))
+    np.testing.assert_array_equal(nonzero_rows, [1, 2, 3])
+
+
+def test_g4_no_retracing_and_padded_last_batch_equals_alone():
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])
+    set_weights_from(model, seed=2)
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    rng = np.random.RandomState(0)
+    x = rng.rand(100, 5).astype(np.float32)
+    y = rng.randint(0, 3, 100)
+    fn = gradkit.InputGradient(model, batch_size=32)
+    for _ in range(3):
+        full = fn(x, y)
+    for _ in range(20):
+        fn(rng.rand(32, 5).astype(np.float32), rng.randint(0, 3, 32))
+    assert fn.trace_count == 1
+    alone = gradkit.InputGradient(model)(x[96:], y[96:])
+    np.testing.assert_allclose(full[96:], alone, rtol=1e-6, atol=1e-7)
+    # Batching does not change any row.
+    np.testing.assert_allclose(full, gradkit.InputGradient(model)(x, y), rtol=1e-5, atol=1e-7)
+
+
+def test_training_after_first_call_is_seen_without_recompiling():
+    model = g1_model()
+    model.compile(optimizer=keras.optimizers.SGD(0.5),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    fn = gradkit.InputGradient(model)
+    before = fn(G1_X, G1_Y)
+    model.fit(np.random.rand(16, 4).astype("float32"), np.random.randint(0, 3, 16), epochs=2, verbose=0)
+    after = fn(G1_X, G1_Y)
+    assert not np.allclose(before, after)
+    expected = gradkit.InputGradient(model)(G1_X, G1_Y)
+    np.testing.assert_allclose(after, expected, rtol=1e-6)
+    assert fn.trace_count == 1
+
+
+def test_saturated_softmax_uses_logits_on_every_backend():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
+    kernel = np.eye(4, 3, dtype=np.float32) * 100
+    model.set_weights([kernel, np.zeros(3, np.float32)])
+    model.compile(loss="sparse_categorical_crossentropy")
+    y = np.array([1, 1])
+    grad = gradkit.input_gradient(model, G1_X, y)
+    # softmax(100 x) is one-hot in float32; from the logits the gradient is (p - onehot) W^T.
+    np.testing.assert_allclose(grad, [[0, -100, 100, 0], [0, -100, 100, 0]], atol=1e-3)
+
+
+def test_softmax_layer_and_one_hot_labels_agree_with_ids():
+    inp = keras.Input((4,))
+    logits = keras.layers.Dense(3)(inp)
+    model = keras.Model(inp, keras.layers.Softmax()(logits))
+    set_weights_from(model, seed=3)
+    model.compile(loss="categorical_crossentropy")
+    ids = gradkit.input_gradient(model, G1_X, G1_Y)
+    onehot = gradkit.input_gradient(model, G1_X, np.eye(3)[G1_Y])
+    np.testing.assert_array_equal(ids, onehot)
+    w, b = [np.asarray(v, np.float64) for v in model.get_weights()]
+    z = G1_X @ w + b
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    np.testing.assert_allclose(ids, (p - np.eye(3)[G1_Y]) @ w.T, atol=1e-5)
+
+
+def test_soft_labels_rejected():
+    model = g1_model()
+    with pytest.raises(ValueError, match="soft probability"):
+        gradkit.input_gradient(model, G1_X, [[0.2, 0.5, 0.3], [0.1, 0.1, 0.8]])
+
+
+def test_n3_inference_mode_changes_nothing():
+    inp = keras.Input((4,))
+    h = keras.layers.Dense(8, activation="relu")(inp)
+    h = keras.layers.Dropout(0.5)(h)
+    h = keras.layers.BatchNormalization()(h)
+    model = keras.Model(inp, keras.layers.Dense(3)(h))
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = [np.array(v) for v in model.variables]
+    first = gradkit.input_gradient(model, G1_X, G1_Y)
+    second = gradkit.input_gradient(model, G1_X, G1_Y)
+    np.testing.assert_array_equal(first, second)
+    train_mode = gradkit.InputGradient(model, training=True)(G1_X, G1_Y)
+    assert np.all(np.isfinite(train_mode))
+    for old, new in zip(before, model.variables):
+        np.testing.assert_array_equal(old, np.array(new))
+
+
+def test_sample_weight_scales_rows():
+    model = g1_model()
+    base = gradkit.input_gradient(model, G1_X, G1_Y)
+    weighted = gradkit.input_gradient(model, G1_X, G1_Y, sample_weight=[2.0, 0.0])
+    np.testing.assert_allclose(weighted, base * np.array([[2.0], [0.0]]), rtol=1e-6)
+
+
+def test_argmax_loss_is_a_clear_error():
+    model = g1_model()
+
+    def argmax_loss(y_true, y_pred):
+        return keras.ops.cast(keras.ops.argmax(y_pred, axis=-1), "float32")
+
+    with pytest.raises(gradkit.DisconnectedGradientError, match="does not depend"):
+        gradkit.input_gradient(model, G1_X, G1_Y, loss=argmax_loss)
+
+
+def test_multi_input_multi_output_structure():
+    a, b = keras.Input((3,), name="a"), keras.Input((2,), name="b")
+    h = keras.layers.Dense(4)(keras.layers.Concatenate()([a, b]))
+    model = keras.Model([a, b], [keras.layers.Dense(3, name="cls")(h), keras.layers.Dense(1, name="aux")(h)])
+    set_weights_from(model, seed=4)
+    rng = np.random.RandomState(0)
+    xa, xb = rng.rand(6, 3).astype("float32"), rng.rand(6, 2).astype("float32")
+    y = rng.randint(0, 3, 6)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    ga, gb = gradkit.input_gradient(model, [xa, xb], y, loss=loss, output="cls")
+    assert ga.shape == (6, 3) and gb.shape == (6, 2)
+    as_dict = gradkit.input_gradient(model, {"a": xa, "b": xb}, y, loss=loss, output=0)
+    np.testing.assert_allclose(as_dict["a"], ga, rtol=1e-6)
+    # Only the cls head counts: equal to the gradient through a model of that head alone.
+    head = keras.Model([a, b], model.get_layer("cls").output)
+    ha, hb = gradkit.input_gradient(head, [xa, xb], y, loss=loss)
+    np.testing.assert_allclose(ga, ha, rtol=1e-5)
+    with pytest.raises(ValueError, match="output="):
+        gradkit.input_gradient(model, [xa, xb], y, loss=loss)
+    with pytest.raises(ValueError, match="`output` must be one of"):
+        gradkit.input_gradient(model, [xa, xb], y, loss=loss, output="nope")
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="torch-specific: no requires_grad left on the weights")
+def test_torch_weights_untouched():
+    model = g1_model()
+    flags = [v.value.requires_grad for v in model.trainable_variables]
+    gradkit.input_gradient(model, G1_X, G1_Y)
+    assert flags == [v.value.requires_grad for v in model.trainable_variables]

@@ -1,0 +1,60 @@
+"""Bad input raises a clear error naming the argument, before any work starts."""
+
+import keras
+import numpy as np
+import pytest
+from conftest import set_weights_from
+
+import gradkit
+
+
+@pytest.fixture
+def model():
+    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    set_weights_from(m)
+    m.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return m
+
+
+X = np.random.RandomState(0).rand(3, 4).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    "x, y, kwargs, error, match",
+    [
+        (X, [0, 1], {}, ValueError, "one row per sample"),
+        (X[:, :3], [0, 1, 2], {}, ValueError, "feature shape"),
+        (np.where(np.eye(3, 4) > 0, np.nan, X), [0, 1, 2], {}, ValueError, "NaN or inf"),
+        (X.astype(np.int64), [0, 1, 2], {}, TypeError, "floating input"),
+        (X, [0, 1, 3], {}, ValueError, r"outside \[0, 2\]"),
+        (X, [0, 1, 1.5], {}, ValueError, "class ids"),
+        (X, None, {}, ValueError, "`y` is required"),
+        (X, [0, 1, 2], {"sample_weight": [1.0, -1.0, 1.0]}, ValueError, "sample_weight"),
+        (X, [0, 1, 2], {"sample_weight": [1.0, 1.0]}, ValueError, "sample_weight"),
+        (X, [0, 1, 2], {"batch_size": 0}, ValueError, "batch_size"),
+        (np.zeros((0, 4), np.float32), [], {}, ValueError, "non-empty"),
+        (X, [0, 1, 2], {"loss": 3}, TypeError, "`loss` must be"),
+    ],
+)
+def test_input_gradient_errors(model, x, y, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        gradkit.input_gradient(model, x, y, **kwargs)
+
+
+def test_uncompiled_model_without_loss(model):
+    bare = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    with pytest.raises(ValueError, match="loss="):
+        gradkit.InputGradient(bare)
+
+
+def test_not_a_model():
+    with pytest.raises(TypeError, match="keras.Model"):
+        gradkit.InputGradient("model")
+
+
+def test_float64_input_is_cast_and_traced_once(model):
+    fn = gradkit.InputGradient(model)
+    g32 = fn(X, [0, 1, 2])
+    g64 = fn(X.astype(np.float64), [0, 1, 2])
+    np.testing.assert_array_equal(g32, g64)
+    assert fn.trace_count == 1

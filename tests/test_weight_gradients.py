@@ -1,0 +1,122 @@
+"""weight_gradients: the gradient fit applies (cases N1, N2, G3) and finite differences."""
+
+import keras
+import numpy as np
+import pytest
+from conftest import central_difference, set_weights_from
+
+import gradkit
+
+
+def n1_model():
+    model = keras.Sequential(
+        [keras.Input((2,)), keras.layers.Dense(1, use_bias=False, kernel_regularizer=keras.regularizers.L2(0.5))]
+    )
+    model.set_weights([np.array([[1.0], [2.0]], np.float32)])
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=1.0), loss="mse")
+    return model
+
+
+def test_n1_regularization_included_and_sgd_step():
+    model = n1_model()
+    x, y = np.zeros((4, 2), np.float32), np.zeros((4, 1), np.float32)
+    (grad,) = gradkit.weight_gradients(model, x, y)
+    np.testing.assert_allclose(grad, [[1.0], [2.0]], rtol=1e-6)
+    np.testing.assert_allclose(np.sqrt((grad**2).sum()), 2.23607, rtol=1e-5)
+    (no_reg,) = gradkit.weight_gradients(model, x, y, include_regularization=False)
+    np.testing.assert_array_equal(no_reg, np.zeros((2, 1)))
+    before = model.get_weights()[0]
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False)
+    np.testing.assert_allclose(before - model.get_weights()[0], grad, rtol=1e-6)
+
+
+def n2_model():
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False)])
+    model.set_weights([np.ones((1, 1), np.float32)])
+    model.compile(loss="mse")
+    return model
+
+
+@pytest.mark.parametrize(
+    "weights, expected", [(None, 5.0), ([1.0, 0.0], 1.0), ([0.0, 0.0], 0.0), ([2.0, 2.0], 10.0)]
+)
+def test_n2_keras_sample_weight_convention(weights, expected):
+    model = n2_model()
+    x, y = np.array([[1.0], [2.0]], np.float32), np.zeros((2, 1), np.float32)
+    (grad,) = gradkit.weight_gradients(model, x, y, sample_weight=weights)
+    assert np.isfinite(grad).all()
+    np.testing.assert_allclose(grad, [[expected]], rtol=1e-6)
+
+
+def test_matches_finite_difference_of_keras_loss():
+    inp = keras.Input((3,))
+    model = keras.Model(inp, keras.layers.Dense(2, activation="softmax")(keras.layers.Dense(4, "tanh")(inp)))
+    set_weights_from(model, seed=5)
+    model.compile(loss="sparse_categorical_crossentropy")
+    rng = np.random.RandomState(1)
+    x, y = rng.rand(5, 3).astype("float32"), rng.randint(0, 2, 5)
+    grads = gradkit.weight_gradients(model, x, y)
+    weights = [np.asarray(w, np.float64) for w in model.get_weights()]
+
+    def loss_at(kernel):
+        h = np.tanh(x @ kernel + weights[1])
+        z = h @ weights[2] + weights[3]
+        z = z - z.max(1, keepdims=True)
+        return -(z[np.arange(5), y] - np.log(np.exp(z).sum(1))).mean()
+
+    np.testing.assert_allclose(grads[0], central_difference(loss_at, weights[0]), rtol=1e-3, atol=1e-5)
+    assert [g.shape for g in grads] == [tuple(w.shape) for w in model.trainable_weights]
+
+
+def test_g3_disconnected_head_gets_zeros():
+    inp = keras.Input((2,))
+    head_a = keras.layers.Dense(2, name="head_a")(inp)
+    head_b = keras.layers.Dense(2, name="head_b")(inp)
+    model = keras.Model(inp, [head_a, head_b])
+    set_weights_from(model, seed=6)
+    model.compile(loss={"head_a": keras.losses.SparseCategoricalCrossentropy(from_logits=True)})
+    x, y = np.array([[0.5, -1.0], [1.0, 2.0]], np.float32), np.array([0, 1])
+    grads = gradkit.weight_gradients(model, x, {"head_a": y})
+    names = [w.path for w in model.trainable_weights]
+    assert len(grads) == 4
+    for name, grad in zip(names, grads):
+        if name.startswith("head_b"):
+            np.testing.assert_array_equal(grad, np.zeros_like(grad))
+        else:
+            assert np.any(grad != 0)
+    by_output = gradkit.weight_gradients(
+        model, x, y, output="head_a", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
+    for a, b in zip(grads, by_output):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_g3_argmax_loss_raises_instead_of_zero():
+    model = n2_model()
+
+    def argmax_loss(y_true, y_pred):
+        return keras.ops.cast(keras.ops.round(y_pred), "float32")[:, 0] * 0 + keras.ops.cast(
+            keras.ops.argmax(keras.ops.concatenate([y_pred, -y_pred], axis=1), axis=-1), "float32"
+        )
+
+    with pytest.raises(gradkit.DisconnectedGradientError, match="argmax"):
+        gradkit.weight_gradients(model, np.ones((2, 1), np.float32), np.zeros((2, 1)), loss=argmax_loss)
+
+
+def test_uncompiled_model_needs_loss():
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    with pytest.raises(ValueError, match="not compiled with a loss"):
+        gradkit.weight_gradients(model, np.ones((2, 1), np.float32), np.zeros((2, 1)))
+    grads = gradkit.weight_gradients(model, np.ones((2, 1), np.float32), np.zeros((2, 1)), loss="mse")
+    assert len(grads) == 2
+
+
+def test_compiled_once_and_sees_new_weights():
+    model = n2_model()
+    x, y = np.array([[1.0], [2.0]], np.float32), np.zeros((2, 1), np.float32)
+    gradkit.weight_gradients(model, x, y)
+    model.set_weights([np.full((1, 1), 2.0, np.float32)])
+    (grad,) = gradkit.weight_gradients(model, x, y)
+    np.testing.assert_allclose(grad, [[10.0]], rtol=1e-6)
+    fn = next(v for k, v in vars(model)["_gradkit_cache"].items() if k[0] == "weights")
+    assert fn.trace_count == 1
