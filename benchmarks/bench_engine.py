@@ -16,11 +16,11 @@ from sklearn.datasets import load_digits
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import naive  # noqa: E402
-from common import alternating, merge  # noqa: E402
-
 import gradkit  # noqa: E402
 from gradkit import backend  # noqa: E402
+
+import naive  # noqa: E402
+from common import alternating, merge  # noqa: E402
 
 
 def cnn(seed):

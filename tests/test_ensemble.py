@@ -3,9 +3,10 @@
 import keras
 import numpy as np
 import pytest
-from conftest import set_weights_from
 
 import gradkit
+
+from conftest import set_weights_from
 
 
 def member(seed):

@@ -1,11 +1,12 @@
-"""InputGradient on every backend: values, finite differences, tracing, training seen (cases G1, G2, G4, N3)."""
+"""InputGradient on every backend: values, finite differences, tracing (cases G1, G2, G4, N3)."""
 
 import keras
 import numpy as np
 import pytest
-from conftest import BACKEND, central_difference, set_weights_from
 
 import gradkit
+
+from conftest import BACKEND, central_difference, set_weights_from
 
 
 def g1_model():
@@ -92,8 +93,9 @@ def test_g4_no_retracing_and_padded_last_batch_equals_alone():
 
 def test_training_after_first_call_is_seen_without_recompiling():
     model = g1_model()
-    model.compile(optimizer=keras.optimizers.SGD(0.5),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.5), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     fn = gradkit.InputGradient(model)
     before = fn(G1_X, G1_Y)
     model.fit(np.random.rand(16, 4).astype("float32"), np.random.randint(0, 3, 16), epochs=2, verbose=0)

@@ -3,14 +3,18 @@
 import keras
 import numpy as np
 import pytest
-from conftest import central_difference, set_weights_from
 
 import gradkit
+
+from conftest import central_difference, set_weights_from
 
 
 def n1_model():
     model = keras.Sequential(
-        [keras.Input((2,)), keras.layers.Dense(1, use_bias=False, kernel_regularizer=keras.regularizers.L2(0.5))]
+        [
+            keras.Input((2,)),
+            keras.layers.Dense(1, use_bias=False, kernel_regularizer=keras.regularizers.L2(0.5)),
+        ]
     )
     model.set_weights([np.array([[1.0], [2.0]], np.float32)])
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=1.0), loss="mse")

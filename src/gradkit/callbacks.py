@@ -53,12 +53,12 @@ class GradientNormMetric(keras.metrics.Metric):
         values = keras.ops.cast(values, "float32")
         step, weight = values[:-1], values[-1]
         counted = keras.ops.greater(weight, 0.0)
-        self.total.assign(self.total + keras.ops.where(counted, step, 0.0))
-        self.count.assign(self.count + weight)
-        self.last.assign(keras.ops.where(counted, step, self.last))
+        self.total.assign(self.total.value + keras.ops.where(counted, step, 0.0))
+        self.count.assign(self.count.value + weight)
+        self.last.assign(keras.ops.where(counted, step, self.last.value))
 
     def result(self):
-        mean = keras.ops.divide_no_nan(self.total, self.count)
+        mean = keras.ops.divide_no_nan(self.total.value, self.count.value)
         return {name: mean[i] for i, name in enumerate(self.names)}
 
     def result_names(self):

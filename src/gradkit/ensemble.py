@@ -37,9 +37,7 @@ class WeightedEnsemble:
             raise ValueError("`models` must hold at least one Keras model. Received: models=[]")
         for i, model in enumerate(models):
             if not isinstance(model, keras.Model):
-                raise TypeError(
-                    f"`models[{i}]` must be a keras.Model. Received: {type(model).__name__}"
-                )
+                raise TypeError(f"`models[{i}]` must be a keras.Model. Received: {type(model).__name__}")
         if weights is None:
             weights = np.full(len(models), 1.0 / len(models))
         w = np.asarray(weights, dtype=np.float64)

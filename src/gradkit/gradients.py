@@ -11,9 +11,8 @@ import keras
 import numpy as np
 from keras import tree
 
-from gradkit import backend
+from gradkit import backend, validation
 from gradkit import losses as losses_lib
-from gradkit import validation
 from gradkit.ensemble import as_ensemble
 
 
@@ -27,13 +26,13 @@ def _batches(n, batch_size):
     return [(start, min(start + step, n)) for start in range(0, n, step)]
 
 
-def _take(structure, start, stop, pad_to):
-    """Rows start:stop of every leaf, padded with copies of the first row up to `pad_to` rows."""
+def _take(structure, start, stop, pad_to, zeros=False):
+    """Rows start:stop of every leaf, padded up to `pad_to` rows with copies of the first row (or 0)."""
 
     def take(a):
         rows = a[start:stop]
         if pad_to and rows.shape[0] < pad_to:
-            filler = np.repeat(rows[:1], pad_to - rows.shape[0], axis=0)
+            filler = np.repeat(rows[:1] * 0 if zeros else rows[:1], pad_to - rows.shape[0], axis=0)
             rows = np.concatenate([rows, filler])
         return keras.ops.convert_to_tensor(rows)
 
@@ -60,6 +59,9 @@ class InputGradient:
         output: name or index of the output to differentiate, for models with several outputs.
         batch_size: rows per compiled call; the last batch is padded with zero-weight rows so it
             reuses the same compiled function. Defaults to None (the whole input in one call).
+            Under an active `keras.distribution` (JAX backend only; see docs/scaling.md) each batch
+            is padded to a multiple of the device count and sharded along the batch axis, so every
+            device computes its rows in the same compiled call.
 
     Call args:
         x: float array `(n, *input_shape)`, or a list/dict of them for multi-input models.
@@ -150,15 +152,20 @@ class InputGradient:
         trainables = [v[0] for v in values]
         non_trainables = [v[1] for v in values]
         parts = []
+        multiple = backend.batch_multiple()
         for start, stop in _batches(n, self.batch_size):
-            pad = self.batch_size
-            xb = _take(x, start, stop, pad)
-            yb = _take(labels, start, stop, pad)
-            wb = _take(weights, start, stop, pad)
+            pad = -(-(self.batch_size or stop - start) // multiple) * multiple
+            xb, yb, wb = backend.distribute_batch(
+                (
+                    _take(x, start, stop, pad),
+                    _take(labels, start, stop, pad),
+                    _take(weights, start, stop, pad, True),
+                )
+            )
             _, grads = self._fn(trainables, non_trainables, xb, yb, wb)
-            rows = stop - start
+            rows, stacked = stop - start, self._stacked
             parts.append(
-                tree.map_structure(lambda g: _rows(keras.ops.convert_to_numpy(g), rows, self._stacked), grads)
+                tree.map_structure(lambda g, r=rows: _rows(keras.ops.convert_to_numpy(g), r, stacked), grads)
             )
         grads = tree.map_structure(lambda *p: np.concatenate(p, axis=int(self._stacked)), *parts)
         if self._stacked:
@@ -202,19 +209,20 @@ def _cached(model, kind, factory, **options):
     return cache[key]
 
 
-def input_gradient(model, x, y, *, sample_weight=None, loss=None, training=False, output=None,
-                   batch_size=None):
+def input_gradient(
+    model, x, y, *, sample_weight=None, loss=None, training=False, output=None, batch_size=None
+):
     """One-shot form of `InputGradient`: d loss / d x for `model` at `(x, y)`.
 
     The compiled function is cached on the model (for each combination of options), so repeated
     calls do not rebuild it; the cache goes away with the model. Arguments, return value and errors
     are those of `InputGradient`.
     """
+
     def factory():
         return InputGradient(model, loss=loss, training=training, output=output, batch_size=batch_size)
 
-    fn = _cached(model, "input", factory, loss=loss, training=training, output=output,
-                 batch_size=batch_size)
+    fn = _cached(model, "input", factory, loss=loss, training=training, output=output, batch_size=batch_size)
     return fn(x, y, sample_weight)
 
 
@@ -280,8 +288,11 @@ class WeightGradient:
         for (index, spec, _), target in zip(self.heads, targets):
             n_classes = validation.n_outputs(self.model, index)
             labels = losses_lib.check_labels(target, n, n_classes, spec)
-            ys.append(keras.ops.convert_to_tensor(losses_lib.labels_for_loss(labels, spec, n_classes)
-                                                  if spec.is_classification else labels))
+            ys.append(
+                keras.ops.convert_to_tensor(
+                    losses_lib.labels_for_loss(labels, spec, n_classes) if spec.is_classification else labels
+                )
+            )
         weights = keras.ops.convert_to_tensor(validation.check_sample_weight(sample_weight, n))
         if not self.model.trainable_variables:
             raise ValueError("The model has no trainable weights, so there is no weight gradient.")
@@ -317,8 +328,9 @@ def _heads(model, loss, output):
     return heads
 
 
-def weight_gradients(model, x, y, *, sample_weight=None, loss=None, training=True,
-                     include_regularization=True, output=None):
+def weight_gradients(
+    model, x, y, *, sample_weight=None, loss=None, training=True, include_regularization=True, output=None
+):
     """Gradient of the training loss on one batch w.r.t. each of `model.trainable_weights`.
 
     The gradient `fit` would apply on this batch (before any clipping), see `WeightGradient`. The
@@ -340,10 +352,19 @@ def weight_gradients(model, x, y, *, sample_weight=None, loss=None, training=Tru
         ValueError: an uncompiled model without `loss=`, bad shapes or labels, no trainable weights.
         gradkit.errors.DisconnectedGradientError: the loss depends on none of the weights (argmax).
     """
-    def factory():
-        return WeightGradient(model, loss=loss, training=training,
-                              include_regularization=include_regularization, output=output)
 
-    fn = _cached(model, "weights", factory, loss=loss, training=training,
-                 include_regularization=include_regularization, output=output)
+    def factory():
+        return WeightGradient(
+            model, loss=loss, training=training, include_regularization=include_regularization, output=output
+        )
+
+    fn = _cached(
+        model,
+        "weights",
+        factory,
+        loss=loss,
+        training=training,
+        include_regularization=include_regularization,
+        output=output,
+    )
     return fn(x, y, sample_weight)

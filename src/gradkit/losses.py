@@ -12,7 +12,8 @@ Two uses, two rules:
 """
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import keras
 import numpy as np
@@ -101,9 +102,7 @@ def check_labels(y, n, n_classes, spec, name="y"):
     if arr.dtype == object:
         raise TypeError(f"`{name}` must be a numeric array. Received: {name} of dtype object")
     if arr.ndim == 0 or arr.shape[0] != n:
-        raise ValueError(
-            f"`{name}` must have one row per sample ({n}). Received: {name}.shape={arr.shape}"
-        )
+        raise ValueError(f"`{name}` must have one row per sample ({n}). Received: {name}.shape={arr.shape}")
     if not np.all(np.isfinite(arr.astype(np.float64))):
         raise ValueError(f"`{name}` contains NaN or inf.")
     if not spec.is_classification:

@@ -1,7 +1,5 @@
 """Accuracy under attack as a function of the perturbation size eps (a robustness curve)."""
 
-import inspect
-
 import keras
 import numpy as np
 from keras import tree
@@ -30,6 +28,14 @@ def _resolve_attack(attack):
     if isinstance(attack, str) and attack.lower() in _ATTACKS:
         return _ATTACKS[attack.lower()]
     raise ValueError(f'`attack` must be "fgsm", "bim", "pgd" or a callable. Received: attack={attack!r}')
+
+
+def _with_step(kwargs, eps, iterative):
+    """The attack arguments at `eps`: BIM/PGD get eps_step = 2.5 * eps / steps unless given."""
+    if not iterative or kwargs.get("eps_step") is not None:
+        return kwargs
+    steps = _base.check_steps(kwargs["steps"])
+    return {**kwargs, "eps_step": 2.5 * eps / steps if eps > 0 else 1.0}
 
 
 def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack_kwargs):
@@ -82,23 +88,26 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
         >>> curve["accuracy"]                                # [0.97, 0.61, 0.12]  # doctest: +SKIP
     """
     fn = _resolve_attack(attack)
+    if y is None:
+        raise ValueError("`y` (the true labels) is required for a robustness curve. Received: y=None")
     epsilons = _check_epsilons(epsilons)
     if "eps" in attack_kwargs:
         raise ValueError("Pass the perturbation sizes as `epsilons=`, not `eps=` in the attack arguments.")
     iterative = fn in (bim, pgd)
     if iterative and "steps" not in attack_kwargs:
-        raise ValueError(f'`steps` is required for attack="{fn.__name__}" (eps_step defaults to 2.5*eps/steps).')
-    if iterative:
-        _base.check_steps(attack_kwargs["steps"])
+        raise ValueError(
+            f'`steps` is required for attack="{fn.__name__}" (eps_step defaults to 2.5*eps/steps).'
+        )
     if fn in _ATTACKS.values():
         attack_kwargs = {**attack_kwargs, "batch_size": batch_size}
-        inspect.signature(fn).bind(model, x, y, eps=1.0, eps_step=1.0, **attack_kwargs)
     if not isinstance(model, (keras.Model, WeightedEnsemble)):
         model = as_ensemble(model)  # one ensemble object, so every eps reuses its cached gradient
     grad = _base.gradient_for(
         model, loss=attack_kwargs.get("loss"), output=attack_kwargs.get("output"), batch_size=batch_size
     )
     x0, labels, n = _base.prepare(grad, x, y, _base.check_clip_values(attack_kwargs.get("clip_values")))
+    if fn in _ATTACKS.values():  # validates every attack argument; at eps=0 the attack does no work
+        fn(model, x0, labels, eps=0.0, **_with_step(attack_kwargs, 0.0, iterative))
 
     g = grad.compute(x0, labels, np.ones(n, np.float32), n)
     moving = sum(np.any(leaf.reshape(n, -1) != 0, axis=1) for leaf in tree.flatten(g))
@@ -108,9 +117,6 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
     for eps in epsilons:
         x_adv = x0
         if eps > 0:
-            kwargs = dict(attack_kwargs)
-            if iterative and kwargs.get("eps_step") is None:
-                kwargs["eps_step"] = 2.5 * eps / kwargs["steps"]
-            x_adv = fn(model, x0, labels, eps=eps, **kwargs)
+            x_adv = fn(model, x0, labels, eps=eps, **_with_step(attack_kwargs, eps, iterative))
         accuracy.append(float(np.mean(_base.predict_labels(grad, x_adv, batch_size) == labels)))
     return {"eps": epsilons, "accuracy": accuracy, "zero_gradient_fraction": zero_fraction}

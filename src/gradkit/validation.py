@@ -62,8 +62,12 @@ def check_x(model, x, *, name="x", require_float=True):
                 f"{input_names(model)}. Received: {len(given)}"
             )
         arrays = [np.asarray(a) for a in given]
-        pairs = [(a, spec, k) for a, spec, k in zip(arrays, specs or [None] * len(arrays),
-                                                     input_names(model) or [name] * len(arrays))]
+        pairs = [
+            (a, spec, k)
+            for a, spec, k in zip(
+                arrays, specs or [None] * len(arrays), input_names(model) or [name] * len(arrays)
+            )
+        ]
         out = arrays if isinstance(x, (list, tuple)) else arrays[0]
     lengths = {a.shape[0] if a.ndim else -1 for a, _, _ in pairs}
     if len(lengths) != 1 or -1 in lengths or 0 in lengths:

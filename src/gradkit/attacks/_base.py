@@ -207,8 +207,23 @@ def _random_start(x0, eps, norm, rng):
     return x0 + delta.astype(x0.dtype)
 
 
-def run(model, x, y, *, eps, eps_step, steps, norm, clip_values, targeted, loss, batch_size, output,
-        random_start=False, seed=None):
+def run(
+    model,
+    x,
+    y,
+    *,
+    eps,
+    eps_step,
+    steps,
+    norm,
+    clip_values,
+    targeted,
+    loss,
+    batch_size,
+    output,
+    random_start=False,
+    seed=None,
+):
     """Validates every argument, then runs the projected gradient loop (see the module docstring).
 
     `eps_step=None` means a single step of size `eps` (FGSM). Returns arrays shaped like `x`, in its
@@ -245,4 +260,3 @@ def run(model, x, y, *, eps, eps_step, steps, norm, clip_values, targeted, loss,
         g = grad.compute(x_adv, labels, weights, n)
         x_adv = tree.map_structure(update, x_adv, x0, g)
     return x_adv
-

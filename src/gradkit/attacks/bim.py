@@ -5,8 +5,21 @@ import numpy as np
 from gradkit.attacks import _base
 
 
-def bim(model, x, y=None, *, eps, eps_step, steps, norm=np.inf, clip_values=None, targeted=False, loss=None,
-        batch_size=None, output=None):
+def bim(
+    model,
+    x,
+    y=None,
+    *,
+    eps,
+    eps_step,
+    steps,
+    norm=np.inf,
+    clip_values=None,
+    targeted=False,
+    loss=None,
+    batch_size=None,
+    output=None,
+):
     """Basic Iterative Method (iterative FGSM): `steps` steps of size `eps_step`, no random start.
 
     Each step moves `eps_step` along sign(g) (Linf) or g / ||g||_2 per sample (L2; a zero gradient gives
@@ -38,6 +51,17 @@ def bim(model, x, y=None, *, eps, eps_step, steps, norm=np.inf, clip_values=None
     Example:
         >>> x_adv = gradkit.bim(model, x, y, eps=0.1, eps_step=0.01, steps=20)  # doctest: +SKIP
     """
-    return _base.run(model, x, y, eps=eps, eps_step=eps_step, steps=steps, norm=norm,
-                     clip_values=clip_values, targeted=targeted, loss=loss, batch_size=batch_size,
-                     output=output)
+    return _base.run(
+        model,
+        x,
+        y,
+        eps=eps,
+        eps_step=eps_step,
+        steps=steps,
+        norm=norm,
+        clip_values=clip_values,
+        targeted=targeted,
+        loss=loss,
+        batch_size=batch_size,
+        output=output,
+    )

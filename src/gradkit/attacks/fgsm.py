@@ -5,8 +5,19 @@ import numpy as np
 from gradkit.attacks import _base
 
 
-def fgsm(model, x, y=None, *, eps, norm=np.inf, clip_values=None, targeted=False, loss=None, batch_size=None,
-         output=None):
+def fgsm(
+    model,
+    x,
+    y=None,
+    *,
+    eps,
+    norm=np.inf,
+    clip_values=None,
+    targeted=False,
+    loss=None,
+    batch_size=None,
+    output=None,
+):
     """Fast Gradient (Sign) Method: `x + eps * sign(grad_x L(y, f(x)))`, clipped to `clip_values`.
 
     FGSM is one BIM step with `eps_step = eps` and no random start, so it equals
@@ -48,5 +59,17 @@ def fgsm(model, x, y=None, *, eps, norm=np.inf, clip_values=None, targeted=False
     Example:
         >>> x_adv = gradkit.fgsm(model, x_test, y_test, eps=0.1, clip_values=(0, 1))  # doctest: +SKIP
     """
-    return _base.run(model, x, y, eps=eps, eps_step=None, steps=1, norm=norm, clip_values=clip_values,
-                     targeted=targeted, loss=loss, batch_size=batch_size, output=output)
+    return _base.run(
+        model,
+        x,
+        y,
+        eps=eps,
+        eps_step=None,
+        steps=1,
+        norm=norm,
+        clip_values=clip_values,
+        targeted=targeted,
+        loss=loss,
+        batch_size=batch_size,
+        output=output,
+    )

@@ -5,8 +5,23 @@ import numpy as np
 from gradkit.attacks import _base
 
 
-def pgd(model, x, y=None, *, eps, eps_step, steps, norm=np.inf, clip_values=None, targeted=False, loss=None,
-        batch_size=None, output=None, random_start=True, seed=None):
+def pgd(
+    model,
+    x,
+    y=None,
+    *,
+    eps,
+    eps_step,
+    steps,
+    norm=np.inf,
+    clip_values=None,
+    targeted=False,
+    loss=None,
+    batch_size=None,
+    output=None,
+    random_start=True,
+    seed=None,
+):
     """Projected Gradient Descent: BIM started at a uniformly random point of the eps-ball.
 
     The random start is drawn with `numpy.random.RandomState(seed)`, so a seeded run repeats exactly on
@@ -37,6 +52,19 @@ def pgd(model, x, y=None, *, eps, eps_step, steps, norm=np.inf, clip_values=None
     Example:
         >>> x_adv = gradkit.pgd(model, x, y, eps=0.1, eps_step=0.025, steps=10, seed=0)  # doctest: +SKIP
     """
-    return _base.run(model, x, y, eps=eps, eps_step=eps_step, steps=steps, norm=norm,
-                     clip_values=clip_values, targeted=targeted, loss=loss, batch_size=batch_size,
-                     output=output, random_start=random_start, seed=seed)
+    return _base.run(
+        model,
+        x,
+        y,
+        eps=eps,
+        eps_step=eps_step,
+        steps=steps,
+        norm=norm,
+        clip_values=clip_values,
+        targeted=targeted,
+        loss=loss,
+        batch_size=batch_size,
+        output=output,
+        random_start=random_start,
+        seed=seed,
+    )

@@ -10,8 +10,10 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
 - `variable_values(variables, differentiable)`: the current values of Keras variables, passed as
   arguments so that later training is seen without recompiling.
 - `EAGER`: True where nothing is traced (PyTorch); gradkit then counts distinct input signatures.
-- `wrap_train_step(model, record)`: makes `model.train_step` hand the gradients the step computed to
-  `record(grads, scale, logs, metric_state)` (see `gradkit.callbacks`).
+- `wrap_train_step(model, metric, norms_fn)`: `(train_step, test_step)` that record the norms of the
+  gradients the training step applies into `metric` (see `gradkit.callbacks`).
+- `batch_multiple()` and `distribute_batch(structure)`: data parallelism under an active
+  `keras.distribution` (JAX only; the other backends raise NotImplementedError when one is set).
 
 The module is chosen from `keras.backend.backend()` at import time, the Keras way (`KERAS_BACKEND`).
 """
@@ -36,5 +38,15 @@ EAGER = _impl.EAGER
 compile_grad = _impl.compile_grad
 variable_values = _impl.variable_values
 wrap_train_step = _impl.wrap_train_step
+batch_multiple = _impl.batch_multiple
+distribute_batch = _impl.distribute_batch
 
-__all__ = ["NAME", "EAGER", "compile_grad", "variable_values", "wrap_train_step"]
+__all__ = [
+    "NAME",
+    "EAGER",
+    "batch_multiple",
+    "compile_grad",
+    "distribute_batch",
+    "variable_values",
+    "wrap_train_step",
+]

@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+import keras
 from jax.extend.core import Literal
 
 from gradkit.errors import DisconnectedGradientError
@@ -92,6 +93,27 @@ def compile_grad(fn, wrt, per_output=False):
 
     call.trace_count = 0
     return call
+
+
+def batch_multiple():
+    """Rows per batch must be a multiple of this: the data-parallel device count, else 1."""
+    dist = keras.distribution.distribution()
+    if dist is None:
+        return 1
+    layout = dist.get_data_layout((1,))
+    mesh = layout.device_mesh
+    axis = mesh.axis_names.index(dist.batch_dim_name)
+    return int(mesh.shape[axis])
+
+
+def distribute_batch(structure):
+    """Shards every leaf along its batch axis under the active `keras.distribution`, else no-op."""
+    dist = keras.distribution.distribution()
+    if dist is None:
+        return structure
+    return keras.tree.map_structure(
+        lambda t: keras.distribution.distribute_tensor(t, dist.get_data_layout(tuple(t.shape))), structure
+    )
 
 
 def _loss_scale(optimizer, optimizer_values):

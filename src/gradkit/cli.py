@@ -1,0 +1,130 @@
+"""The `gradkit` command line. `gradkit study --help` lists the options of the robustness study.
+
+Exit codes: 0 success, 2 bad input (unknown data set, malformed epsilons, unusable output directory,
+a changed configuration in an existing one; the message goes to stderr and nothing is written),
+130 interrupted (rerun the same command to resume).
+"""
+
+import argparse
+import sys
+
+_EXAMPLE = """examples:
+  gradkit study --out runs/demo                     digits, CNN, 3 models, FGSM and PGD (a few minutes)
+  gradkit study --quick --out runs/quick            small and fast (under a minute)
+  gradkit study --dataset data.npz --model mlp      arrays x_train, y_train, x_test, y_test
+
+The backend is Keras' (KERAS_BACKEND=tensorflow|jax|torch); the table at the end names it.
+A rerun with the same options and --out resumes: finished models and rows are not redone."""
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise _UsageError(f"{self.prog}: error: {message}")
+
+
+def _number_list(kind):
+    def parse(text):
+        items = [item.strip() for item in text.split(",")]
+        try:
+            values = [kind(item) for item in items]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated {kind.__name__}s, got {text!r}"
+            ) from None
+        return values
+
+    return parse
+
+
+def _word_list(text):
+    return [item.strip().lower() for item in text.split(",") if item.strip()]
+
+
+def build_parser():
+    """The argparse parser of `gradkit` (subcommand `study`); defaults of None mean "the study's"."""
+    from gradkit.study import DEFAULTS, QUICK
+
+    parser = _Parser(
+        prog="gradkit", description="Robustness studies of Keras networks and boosted ensembles."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    study = commands.add_parser(
+        "study",
+        help="train a single network, AdaBoost.M1 and adversarial boosting; attack them; report",
+        description="Train `single`, `adaboost_m1` and `adv_boost`, attack each at every eps, and write "
+        "results.json, results.csv, robustness.png, grad_norm.png and the models to --out.",
+        epilog=_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    eps = ",".join(f"{e:g}" for e in DEFAULTS["epsilons"])
+    add = study.add_argument
+    add("--dataset", help='"digits" (default, no download), "mnist" (Keras loader) or a .npz file')
+    add("--model", choices=["cnn", "mlp"], help="network of every model (default: cnn)")
+    add(
+        "--epsilons",
+        type=_number_list(float),
+        help=f"comma-separated eps >= 0 in [0, 1] units (default: {eps})",
+    )
+    add("--attacks", type=_word_list, help="comma-separated, from fgsm, pgd (default: fgsm,pgd)")
+    add("--n-estimators", type=int, help=f"boosting rounds (default: {DEFAULTS['n_estimators']})")
+    add(
+        "--epochs",
+        type=int,
+        help=f"epochs per member; single gets n_estimators x epochs (default: {DEFAULTS['epochs']})",
+    )
+    add("--seed", type=int, help="seed of the split, the initial weights and PGD's start (default: 0)")
+    add("--batch-size", type=int, help=f"training batch size (default: {DEFAULTS['batch_size']})")
+    add(
+        "--pgd-steps",
+        type=int,
+        help=f"PGD steps, eps_step = 2.5 eps / steps (default: {DEFAULTS['pgd_steps']})",
+    )
+    add("--adv-eps", type=float, help=f"FGSM eps of adversarial boosting (default: {DEFAULTS['adv_eps']})")
+    add("--out", help=f"output directory (default: {DEFAULTS['out']})")
+    add(
+        "--quick",
+        action="store_true",
+        help=f"{QUICK['n_estimators']} members x {QUICK['epochs']} epochs, epsilons "
+        f"{','.join(f'{e:g}' for e in QUICK['epsilons'])} (explicit options still win)",
+    )
+    add("--no-progress", action="store_true", help="no progress bars")
+    return parser
+
+
+def main(argv=None):
+    """Runs `gradkit` with the arguments `argv` (default: `sys.argv[1:]`) and returns the exit code.
+
+    Args:
+        argv: list of str, e.g. `["study", "--quick", "--out", "runs/q"]`. Defaults to None.
+
+    Returns:
+        int: 0 on success, 2 on bad input (message on stderr, nothing written), 130 when interrupted.
+    """
+    from gradkit import datasets, study
+
+    try:
+        args = build_parser().parse_args(argv)
+    except _UsageError as err:
+        print(err, file=sys.stderr)
+        return 2
+    except SystemExit as exit_:  # --help
+        return int(exit_.code or 0)
+    options = {k: v for k, v in vars(args).items() if k not in ("command", "no_progress")}
+    try:
+        result = study.run_study(options, progress=not args.no_progress)
+    except (study.ConfigError, datasets.DatasetError) as err:
+        print(f"gradkit study: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("gradkit study: interrupted; rerun the same command to resume.", file=sys.stderr)
+        return 130
+    print(study.format_table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

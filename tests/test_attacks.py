@@ -1,0 +1,293 @@
+"""FGSM, BIM and PGD on every backend: properties, hand-computed values, cases A1-A4 and N3."""
+
+import warnings
+
+import keras
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.neural_network import MLPClassifier
+
+import gradkit
+from conftest import set_weights_from
+from gradkit.attacks import _base
+
+ATTACKS = {
+    "fgsm": lambda m, x, y, eps, **kw: gradkit.fgsm(m, x, y, eps=eps, **kw),
+    "bim": lambda m, x, y, eps, **kw: gradkit.bim(m, x, y, eps=eps, eps_step=eps / 2 or 0.05, steps=5, **kw),
+    "pgd": lambda m, x, y, eps, **kw: gradkit.pgd(
+        m, x, y, eps=eps, eps_step=eps / 2 or 0.05, steps=5, seed=0, **kw
+    ),
+}
+LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def distance(a, b, norm):
+    d = (a - b).reshape(len(a), -1).astype(np.float64)
+    return np.abs(d).max(axis=1) if norm == np.inf else np.sqrt((d**2).sum(axis=1))
+
+
+@pytest.fixture(scope="module")
+def digits():
+    """An MLP 64-32-10 trained on sklearn digits (pixels / 16) and 200 held-out images.
+
+    It is trained for 30 epochs by scikit-learn (fast, and the same weights on every backend), then
+    copied into a Keras model with a logits output.
+    """
+    data = load_digits()
+    x, y = (data.images / 16).reshape(-1, 64).astype(np.float32), data.target
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        mlp = MLPClassifier((32,), learning_rate_init=0.01, max_iter=30, random_state=0).fit(
+            x[:1500], y[:1500]
+        )
+    model = keras.Sequential(
+        [keras.Input((64,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(10)]
+    )
+    model.set_weights([w for pair in zip(mlp.coefs_, mlp.intercepts_) for w in pair])
+    model.compile(loss=LOGITS_CE)
+    return model, x[1500:1700], y[1500:1700]
+
+
+def accuracy(model, x, y):
+    return float(np.mean(model.predict(x, verbose=0).argmax(axis=1) == y))
+
+
+def tanh_model(seed=3):
+    """Case A2/A4 model: Input(4) -> Dense(6, tanh) -> Dense(3) logits, deterministic weights."""
+    inp = keras.Input((4,))
+    model = keras.Model(inp, keras.layers.Dense(3)(keras.layers.Dense(6, activation="tanh")(inp)))
+    set_weights_from(model, seed=seed)
+    model.compile(loss=LOGITS_CE)
+    return model
+
+
+def numpy_gradient(model, x, y):
+    """Hand-written float64 backward pass of the summed cross-entropy of `tanh_model`."""
+    w1, b1, w2, b2 = [np.asarray(w, np.float64) for w in model.get_weights()]
+    h = np.tanh(x @ w1 + b1)
+    z = h @ w2 + b2
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    return (((p - np.eye(3)[y]) @ w2.T) * (1 - h**2)) @ w1.T
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+@pytest.mark.parametrize("norm,eps", [(np.inf, 0.1), (2, 1.0)])
+def test_properties_on_trained_digits(digits, name, norm, eps):
+    model, x, y = digits
+    attack = ATTACKS[name]
+    same = attack(model, x, y, 0.0, norm=norm, clip_values=(0, 1))
+    assert same is not x and same.dtype == np.float32 and np.array_equal(same, x)
+    x_adv = attack(model, x, y, eps, norm=norm, clip_values=(0, 1))
+    assert x_adv.shape == x.shape and np.all(np.isfinite(x_adv))
+    assert distance(x_adv, x, norm).max() <= eps + 1e-6
+    assert x_adv.min() >= 0 and x_adv.max() <= 1
+    clean = accuracy(model, x, y)
+    assert clean > 0.75
+    assert accuracy(model, x_adv, y) < clean - 0.25
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_targeted_success_rises(digits, name):
+    model, x, _ = digits
+    target = (model.predict(x, verbose=0).argmax(axis=1) + 1) % 10
+    x_adv = ATTACKS[name](model, x, target, 0.2, clip_values=(0, 1), targeted=True)
+    before, after = accuracy(model, x, target), accuracy(model, x_adv, target)
+    assert before == 0.0 and after > 0.2
+    assert distance(x_adv, x, np.inf).max() <= 0.2 + 1e-6
+
+
+def a1_model():
+    inp = keras.Input((2,))
+    model = keras.Model(inp, keras.layers.Dense(2)(inp))
+    model.set_weights([np.array([[0, 1], [0, -1]], np.float32), np.zeros(2, np.float32)])
+    model.compile(loss=LOGITS_CE)
+    return model
+
+
+def test_a1_projection_around_clean_input_and_range():
+    model, x0, y = a1_model(), np.array([[0.5, 0.5], [0.95, 0.02]], np.float32), [0, 0]
+    kw = dict(eps=0.1, eps_step=0.05, steps=10, clip_values=(0, 1))
+    x_bim = gradkit.bim(model, x0, y, **kw)
+    np.testing.assert_allclose(x_bim, [[0.6, 0.4], [1.0, 0.0]], atol=1e-7)
+    assert distance(x_bim, x0, np.inf).max() <= 0.1 + 1e-6 and x_bim.min() >= 0 and x_bim.max() <= 1
+    np.testing.assert_array_equal(gradkit.pgd(model, x0, y, random_start=False, **kw), x_bim)
+    one_step = gradkit.bim(model, x0, y, eps=0.1, eps_step=0.1, steps=1, clip_values=(0, 1))
+    np.testing.assert_array_equal(gradkit.fgsm(model, x0, y, eps=0.1, clip_values=(0, 1)), one_step)
+    # L2: one step of 0.1 along (1, -1)/sqrt(2), then projected and clipped.
+    x_l2 = gradkit.fgsm(model, x0[:1], y[:1], eps=0.1, norm="l2")
+    np.testing.assert_allclose(x_l2, [[0.5 + 0.1 / np.sqrt(2), 0.5 - 0.1 / np.sqrt(2)]], atol=1e-7)
+
+
+def test_a2_labels_default_to_hard_predictions_and_soft_labels_rejected():
+    model = tanh_model()
+    x = np.random.RandomState(0).rand(3, 4).astype(np.float32)
+    pred = model.predict(x, verbose=0).argmax(axis=1)
+    x_adv = gradkit.fgsm(model, x, eps=0.1)
+    np.testing.assert_allclose(np.abs(x_adv - x), 0.1, rtol=1e-5)  # every sign component is non-zero
+    np.testing.assert_array_equal(x_adv, gradkit.fgsm(model, x, pred, eps=0.1))
+    soft = keras.ops.convert_to_numpy(keras.ops.softmax(model.predict(x, verbose=0)))
+    with pytest.raises(ValueError, match="soft probability"):
+        gradkit.pgd(model, x, soft, eps=0.1, eps_step=0.01, steps=2)
+
+
+def test_a4_fgsm_equals_sign_of_hand_written_gradient():
+    model = tanh_model()
+    x = np.random.RandomState(0).rand(8, 4).astype(np.float32)
+    y = np.array([0, 1, 2, 0, 1, 2, 0, 1])
+    expected = np.clip(x + np.float32(0.1) * np.sign(numpy_gradient(model, x, y)).astype(np.float32), 0, 1)
+    np.testing.assert_array_equal(gradkit.fgsm(model, x, y, eps=0.1, clip_values=(0, 1)), expected)
+    targeted = np.clip(x - np.float32(0.1) * np.sign(numpy_gradient(model, x, y)).astype(np.float32), 0, 1)
+    np.testing.assert_array_equal(
+        gradkit.fgsm(model, x, y, eps=0.1, clip_values=(0, 1), targeted=True), targeted
+    )
+
+
+def a3_model():
+    a, b = keras.Input((3,), name="a"), keras.Input((2,), name="b")
+    hidden = keras.layers.Dense(4, activation="tanh")(keras.layers.Concatenate()([a, b]))
+    cls, aux = keras.layers.Dense(3, name="cls")(hidden), keras.layers.Dense(1, name="aux")(hidden)
+    model = set_weights_from(keras.Model([a, b], [cls, aux]), seed=5)
+    return model, keras.Model([a, b], cls)
+
+
+@pytest.mark.parametrize("norm", [np.inf, 2])
+def test_a3_several_inputs_each_in_its_own_ball_and_chosen_output(norm):
+    model, cls_only = a3_model()
+    rng = np.random.RandomState(1)
+    xa, xb, y = rng.rand(6, 3).astype(np.float32), rng.rand(6, 2).astype(np.float32), rng.randint(0, 3, 6)
+    kw = dict(eps=0.3, eps_step=0.3, steps=4, norm=norm, loss=LOGITS_CE, random_start=False)
+    adv = gradkit.pgd(model, [xa, xb], y, output="cls", **kw)
+    assert isinstance(adv, list) and adv[0].shape == (6, 3) and adv[1].shape == (6, 2)
+    for new, old in zip(adv, [xa, xb]):  # each input is projected onto its own ball, and reaches it
+        np.testing.assert_allclose(distance(new, old, norm), 0.3, rtol=1e-5)
+    as_dict = gradkit.pgd(model, {"b": xb, "a": xa}, y, output=0, **kw)
+    np.testing.assert_array_equal(as_dict["a"], adv[0])
+    np.testing.assert_array_equal(as_dict["b"], adv[1])
+    alone = gradkit.pgd(cls_only, [xa, xb], y, **kw)  # only the chosen head's loss counts
+    np.testing.assert_allclose(alone[0], adv[0], atol=1e-6)
+    np.testing.assert_allclose(alone[1], adv[1], atol=1e-6)
+    with pytest.raises(ValueError, match="nope"):
+        gradkit.fgsm(model, [xa, xb], y, eps=0.1, loss=LOGITS_CE, output="nope")
+    with pytest.raises(ValueError, match="output="):
+        gradkit.fgsm(model, [xa, xb], y, eps=0.1, loss=LOGITS_CE)
+
+
+def n3_model():
+    inp = keras.Input((4,))
+    hidden = keras.layers.Dropout(0.5)(keras.layers.Dense(8, activation="relu")(inp))
+    out = keras.layers.Dense(3)(keras.layers.BatchNormalization()(hidden))
+    model = set_weights_from(keras.Model(inp, out), seed=2)
+    bn = model.layers[-2]
+    bn.moving_variance.assign(np.abs(keras.ops.convert_to_numpy(bn.moving_variance)) + 0.5)
+    model.compile(loss=LOGITS_CE)
+    return model
+
+
+def test_n3_inference_mode_variables_unchanged_and_seeded_runs_repeat():
+    model = n3_model()
+    x, y = np.linspace(-1, 1, 8).reshape(2, 4).astype(np.float32), [0, 2]
+    before = [keras.ops.convert_to_numpy(v).copy() for v in model.variables]
+    kw = dict(eps=0.2, eps_step=0.05, steps=5, seed=3)
+    first = gradkit.pgd(model, x, y, **kw)
+    np.testing.assert_array_equal(gradkit.pgd(model, x, y, **kw), first)
+    assert not np.array_equal(gradkit.pgd(model, x, y, **{**kw, "seed": 4}), first)
+    gradkit.pgd(model, x, None, norm=2, **kw)
+    for old, var in zip(before, model.variables):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(var), old, err_msg=var.path)
+
+
+def test_seeded_random_start_is_numpy_uniform_in_the_ball():
+    inp = keras.Input((2,))  # all ReLUs dead: zero gradient, so PGD stays at its random start
+    dead = keras.layers.Dense(2, activation="relu", bias_initializer=keras.initializers.Constant(-10.0))(inp)
+    model = keras.Model(inp, keras.layers.Dense(2)(dead))
+    model.compile(loss=LOGITS_CE)
+    x, y = np.full((4000, 2), 0.5, np.float32), np.zeros(4000, int)
+    linf = gradkit.pgd(model, x, y, eps=0.2, eps_step=0.1, steps=2, seed=7)
+    drawn = x + np.random.RandomState(7).uniform(-0.2, 0.2, x.shape).astype(np.float32)
+    np.testing.assert_allclose(linf, drawn, atol=1e-7)
+    l2 = gradkit.pgd(model, x, y, eps=0.2, eps_step=0.1, steps=2, norm=2, seed=7)
+    radius = distance(l2, x, 2)
+    assert np.all(np.isfinite(l2)) and radius.max() <= 0.2 + 1e-6
+    assert abs(np.mean((radius / 0.2) ** 2) - 0.5) < 0.02  # uniform in the disc: (r/eps)^d ~ U(0, 1)
+    np.testing.assert_array_equal(
+        gradkit.bim(model, x[:5], y[:5], eps=0.2, eps_step=0.1, steps=3, norm=2), x[:5]
+    )
+
+
+def test_pgd_without_random_start_equals_bim_and_fgsm_is_one_bim_step():
+    model = tanh_model()
+    x, y = np.random.RandomState(2).rand(10, 4).astype(np.float32), np.arange(10) % 3
+    for norm in (np.inf, 2):
+        kw = dict(eps=0.3, eps_step=0.04, steps=9, norm=norm, clip_values=(0, 1))
+        np.testing.assert_array_equal(
+            gradkit.pgd(model, x, y, random_start=False, **kw), gradkit.bim(model, x, y, **kw)
+        )
+        one = gradkit.bim(model, x, y, eps=0.3, eps_step=0.3, steps=1, norm=norm)
+        np.testing.assert_array_equal(gradkit.fgsm(model, x, y, eps=0.3, norm=norm), one)
+
+
+def test_ensemble_linearity_and_hard_vote_labels():
+    first, second = tanh_model(3), tanh_model(4)
+    x = np.random.RandomState(3).rand(10, 4).astype(np.float32)
+    kw = dict(eps=0.1, eps_step=0.02, steps=6, random_start=False)
+    ens = gradkit.WeightedEnsemble([first, second], [1.0, 0.0])
+    np.testing.assert_array_equal(gradkit.pgd(ens, x, **kw), gradkit.pgd(first, x, **kw))
+
+    class Fitted:  # a boosting estimator hands its ensemble over with as_ensemble()
+        def as_ensemble(self):
+            return ens
+
+    np.testing.assert_array_equal(gradkit.pgd(Fitted(), x, **kw), gradkit.pgd(first, x, **kw))
+    y = np.arange(10) % 3
+    half = gradkit.WeightedEnsemble([first, second], [0.5, 0.5])
+    grad = numpy_gradient(first, x, y) + numpy_gradient(second, x, y)
+    expected = x + np.float32(0.1) * np.sign(grad).astype(np.float32)
+    np.testing.assert_array_equal(gradkit.fgsm(half, x, y, eps=0.1), expected)
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        (dict(eps=-0.1), ValueError, r"`eps` must be >= 0. Received: eps=-0.1"),
+        (dict(eps_step=0.0), ValueError, "`eps_step` must be > 0"),
+        (dict(steps=0), ValueError, "`steps` must be an integer >= 1"),
+        (dict(steps=2.5), TypeError, "`steps` must be an integer"),
+        (dict(norm=1), ValueError, "`norm` must be"),
+        (dict(clip_values=(1, 0)), ValueError, "min <= max"),
+        (dict(clip_values=(0,)), ValueError, "pair"),
+        (dict(clip_values=(0.2, 1)), ValueError, "inside clip_values"),
+        (dict(y=[0, 3]), ValueError, "outside"),
+        (dict(y=[[0.5, 0.5, 0.0], [0, 0, 1]]), ValueError, "soft"),
+        (dict(y=None, targeted=True), ValueError, "targeted"),
+        (dict(seed=-1), ValueError, "`seed`"),
+    ],
+)
+def test_bad_input_raises_before_any_work(kwargs, error, match):
+    model = tanh_model()
+    call = dict(y=[0, 1], eps=0.1, eps_step=0.05, steps=3, clip_values=(0, 1))
+    call.update(kwargs)
+    x = np.array([[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8]], np.float32)
+    with pytest.raises(error, match=match):
+        gradkit.pgd(model, x, call.pop("y"), **call)
+    assert _base.gradient_for(model).trace_count == 0
+
+
+def test_integer_inputs_rejected():
+    inp = keras.Input((3,), dtype="int32")
+    emb = keras.layers.Flatten()(keras.layers.Embedding(10, 4)(inp))
+    model = keras.Model(inp, keras.layers.Dense(2)(emb))
+    model.compile(loss=LOGITS_CE)
+    with pytest.raises(TypeError, match="floating input"):
+        gradkit.fgsm(model, np.array([[1, 2, 3]], np.int32), [1], eps=0.1)
+
+
+def test_norm_spellings():
+    model = tanh_model()
+    x, y = np.random.RandomState(4).rand(3, 4).astype(np.float32), [0, 1, 2]
+    for a, b in [(np.inf, "linf"), ("inf", float("inf")), (2, "L2"), (2.0, "l2")]:
+        np.testing.assert_array_equal(
+            gradkit.fgsm(model, x, y, eps=0.1, norm=a), gradkit.fgsm(model, x, y, eps=0.1, norm=b)
+        )

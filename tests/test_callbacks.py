@@ -1,0 +1,201 @@
+"""grad_norm during fit/train_on_batch equals gradkit.gradient_norm on the same weights and batch."""
+
+import csv
+
+import keras
+import numpy as np
+import pytest
+from conftest import set_weights_from
+from test_norms import n1_model, n2_model, two_heads
+
+import gradkit
+from gradkit.callbacks import GradientNormCallback, track_gradient_norm, untrack_gradient_norm
+
+X = np.random.RandomState(0).randn(8, 4).astype(np.float32)
+Y = np.arange(8) % 3
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def mlp(optimizer=None, regularizer=None):
+    model = keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(6, activation="tanh", kernel_regularizer=regularizer, name="hidden"),
+            keras.layers.Dropout(0.0),  # no trainable weights: no per-layer entry
+            keras.layers.Dense(3, name="logits"),
+        ]
+    )
+    set_weights_from(model)
+    model.compile(optimizer=optimizer or keras.optimizers.SGD(0.1), loss=LOSS)
+    return model
+
+
+def fit(model, x, y, callback=None, **kwargs):
+    kwargs = {"batch_size": len(x), "epochs": 1, "shuffle": False, "verbose": 0, **kwargs}
+    return model.fit(x, y, callbacks=[callback] if callback else None, **kwargs).history
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_logged_value_is_the_norm_before_each_step_over_two_fits(weighted):
+    model = mlp(regularizer=keras.regularizers.L2(0.01) if weighted else None)
+    weights = np.linspace(0.0, 2.0, len(X)).astype(np.float32) if weighted else None
+    callback = GradientNormCallback(per_layer=True)
+    for _ in range(2):  # one batch per epoch, two fit calls with one callback instance
+        expected = gradkit.gradient_norm(model, X, Y, sample_weight=weights, per_layer=True)
+        history = fit(model, X, Y, callback, sample_weight=weights)
+        assert sorted(k for k in history if k.startswith("grad_norm")) == sorted(expected)
+        for key, value in expected.items():
+            assert history[key][0] == pytest.approx(value, rel=1e-5)
+            assert callback.steps[key][-1] == [pytest.approx(value, rel=1e-5)]
+    assert callback.epochs == [0, 0]
+    assert [m.name for m in model.metrics].count("grad_norm") == 1
+
+
+def test_step_values_and_epoch_mean_nan_passes_through():
+    model = mlp(keras.optimizers.SGD(0.0))  # weights never change: each step's norm is its batch's
+    batches = [gradkit.gradient_norm(model, X[i : i + 2], Y[i : i + 2]) for i in range(0, 8, 2)]
+    callback = GradientNormCallback()
+    history = fit(model, X, Y, callback, batch_size=2, epochs=2)
+    np.testing.assert_allclose(callback.steps["grad_norm"], [batches, batches], rtol=1e-5)
+    np.testing.assert_allclose(history["grad_norm"], [np.mean(batches)] * 2, rtol=1e-5)
+    y_nan = np.zeros((8, 3), np.float32)
+    y_nan[7, 1] = np.nan  # a NaN target in the last batch (even lr=0 makes the weights NaN after it)
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
+    history = fit(model, X, y_nan, callback, batch_size=2)
+    steps = callback.steps["grad_norm"][-1]
+    assert np.isfinite(steps[:3]).all() and np.isnan(steps[3])
+    assert np.isnan(history["grad_norm"][0])
+
+
+def test_n1_one_sgd_step_applies_the_regularization_gradient():
+    model = n1_model()
+    history = fit(model, np.zeros((4, 2), np.float32), np.zeros((4, 1), np.float32), GradientNormCallback(True))
+    assert history["grad_norm"][0] == pytest.approx(np.sqrt(5.0), rel=1e-6)
+    assert history["grad_norm/d"][0] == pytest.approx(np.sqrt(5.0), rel=1e-6)
+    np.testing.assert_allclose(model.get_weights()[0], [[0.0], [0.0]], atol=1e-7)  # moved by [1, 2]
+
+
+@pytest.mark.parametrize("weights, expected", [(None, 5.0), ([1.0, 0.0], 1.0), ([0.0, 0.0], 0.0)])
+def test_n2_sample_weights_in_fit(weights, expected):
+    model = n2_model()
+    x, y = np.array([[1.0], [2.0]], np.float32), np.zeros((2, 1), np.float32)
+    w = None if weights is None else np.asarray(weights, np.float32)
+    history = fit(model, x, y, GradientNormCallback(), sample_weight=w)
+    assert history["grad_norm"][0] == pytest.approx(expected, rel=1e-6)
+
+
+def test_g3a_disconnected_head_in_fit():
+    model = two_heads()
+    x, y = np.linspace(-1, 1, 8, dtype=np.float32).reshape(4, 2), np.ones((4, 2), np.float32)
+    expected = gradkit.gradient_norm(model, x, {"head_a": y}, per_layer=True)
+    history = fit(model, x, {"head_a": y, "head_b": y}, GradientNormCallback(per_layer=True))
+    assert history["grad_norm/head_b"] == [0.0]
+    assert history["grad_norm"][0] == pytest.approx(expected["grad_norm/head_a"], rel=1e-5)
+
+
+@pytest.mark.parametrize("clip", ["clipnorm", "global_clipnorm"])
+def test_norm_is_taken_before_clipping(clip):
+    model = mlp(keras.optimizers.SGD(1.0, **{clip: 1e-3}))
+    before = [w.copy() for w in model.get_weights()]
+    expected = gradkit.gradient_norm(model, X, Y)
+    history = fit(model, X, Y, GradientNormCallback())
+    assert expected > 0.1 and history["grad_norm"][0] == pytest.approx(expected, rel=1e-5)
+    steps = [b - a for a, b in zip(model.get_weights(), before)]  # lr * clipped gradient
+    if clip == "global_clipnorm":
+        assert np.sqrt(sum(np.sum(s**2) for s in steps)) == pytest.approx(1e-3, rel=1e-4)
+    else:
+        assert max(np.linalg.norm(s) for s in steps) == pytest.approx(1e-3, rel=1e-4)
+
+
+def test_mixed_float16_removes_the_loss_scale():
+    reference = mlp()
+    expected = gradkit.gradient_norm(reference, X, Y)
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        model = mlp()
+    finally:
+        keras.config.set_dtype_policy("float32")
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    scale = float(keras.ops.convert_to_numpy(model.optimizer.dynamic_scale.value))
+    history = fit(model, X, Y, GradientNormCallback())
+    assert scale > 1000.0
+    assert history["grad_norm"][0] == pytest.approx(expected, rel=1e-3)
+
+
+def test_gradient_accumulation_logs_the_applied_update():
+    model = mlp(keras.optimizers.SGD(0.1, gradient_accumulation_steps=2))
+    replica = mlp()  # plain SGD(0.1): one step on the first 8 rows is the first accumulated update
+    x, y = np.concatenate([X, X[::-1]]), np.concatenate([Y, Y[::-1]])
+    first = gradkit.gradient_norm(replica, x[:8], y[:8])
+    fit(replica, x[:8], y[:8])
+    second = gradkit.gradient_norm(replica, x[8:], y[8:])
+    callback = GradientNormCallback()
+    history = fit(model, x, y, callback, batch_size=4)
+    np.testing.assert_allclose(callback.steps["grad_norm"], [[first, second]], rtol=1e-5)
+    assert history["grad_norm"][0] == pytest.approx((first + second) / 2, rel=1e-5)
+    np.testing.assert_allclose(model.get_weights()[0], replica.get_weights()[0], rtol=1e-5, atol=1e-6)
+
+
+def test_logs_history_csv_and_no_validation_entry(tmp_path):
+    model = mlp()
+    path = tmp_path / "log.csv"
+    callbacks = [GradientNormCallback(), keras.callbacks.CSVLogger(str(path))]
+    history = model.fit(X, Y, epochs=2, verbose=0, validation_data=(X, Y), callbacks=callbacks).history
+    assert "grad_norm" in history and "val_grad_norm" not in history and "val_loss" in history
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    assert "grad_norm" in rows[0] and "val_grad_norm" not in rows[0]
+    np.testing.assert_allclose([float(r["grad_norm"]) for r in rows], history["grad_norm"], rtol=1e-6)
+
+
+def test_train_on_batch_and_recompile_and_untrack():
+    model = mlp()
+    assert track_gradient_norm(model) is model
+    metric = model._gradkit_grad_norm
+    track_gradient_norm(model)  # idempotent
+    assert model._gradkit_grad_norm is metric
+    for _ in range(2):  # metrics are reset by train_on_batch: each value is that batch's norm
+        expected = gradkit.gradient_norm(model, X[:4], Y[:4])
+        logs = model.train_on_batch(X[:4], Y[:4], return_dict=True)
+        assert logs["grad_norm"] == pytest.approx(expected, rel=1e-5)
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss=LOSS)
+    assert metric in model.metrics
+    expected = gradkit.gradient_norm(model, X, Y)
+    assert fit(model, X, Y)["grad_norm"][0] == pytest.approx(expected, rel=1e-5)
+    untrack_gradient_norm(model)
+    assert metric not in model.metrics and "grad_norm" not in fit(model, X, Y)
+
+
+class Subclassed(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.hidden = keras.layers.Dense(5, activation="tanh")
+        self.out = keras.layers.Dense(3)
+
+    def call(self, x):
+        return self.out(self.hidden(x))
+
+
+def test_built_subclassed_model_and_embedding_with_repeated_ids():
+    model = Subclassed()
+    model(X)
+    set_weights_from(model)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    expected = gradkit.gradient_norm(model, X, Y, per_layer=True)
+    history = fit(model, X, Y, GradientNormCallback(per_layer=True))
+    assert {k: v[0] for k, v in history.items() if k != "loss"} == pytest.approx(expected, rel=1e-5)
+    ids = np.array([[1, 1, 3], [3, 1, 1]], np.int32)  # repeated rows: TF's sparse gradient must be summed
+    embed = keras.Sequential([keras.Input((3,), dtype="int32"), keras.layers.Embedding(10, 4), keras.layers.Flatten(), keras.layers.Dense(2)])
+    set_weights_from(embed)
+    embed.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    expected = gradkit.gradient_norm(embed, ids, np.array([0, 1]))
+    assert fit(embed, ids, np.array([0, 1]), GradientNormCallback())["grad_norm"][0] == pytest.approx(expected, rel=1e-5)
+
+
+def test_bad_arguments_are_rejected():
+    with pytest.raises(TypeError, match="`per_layer` must be a bool"):
+        GradientNormCallback(per_layer="yes")
+    with pytest.raises(TypeError, match="`model` must be a keras.Model"):
+        track_gradient_norm(object())
+    with pytest.raises(ValueError, match="built model"):
+        track_gradient_norm(keras.Sequential([keras.layers.Dense(2)]), per_layer=True)

@@ -1,0 +1,54 @@
+"""Data parallelism through keras.distribution: JAX shards the batch; other backends refuse clearly.
+
+The JAX check runs in a subprocess with two simulated CPU devices
+(XLA_FLAGS=--xla_force_host_platform_device_count=2), since the device count is fixed at JAX start.
+"""
+
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import gradkit
+
+from conftest import BACKEND
+
+SCRIPT = r"""
+import numpy as np, keras, gradkit, jax
+assert len(jax.devices()) == 2, jax.devices()
+keras.utils.set_random_seed(0)
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(3)])
+model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+rng = np.random.RandomState(0)
+x, y = rng.rand(13, 4).astype("float32"), rng.randint(0, 3, 13)
+single = gradkit.InputGradient(model, batch_size=5)(x, y)
+keras.distribution.set_distribution(keras.distribution.DataParallel(devices=keras.distribution.list_devices()))
+fn = gradkit.InputGradient(model, batch_size=5)
+sharded = fn(x, y)
+assert np.abs(sharded - single).max() <= 1e-5, np.abs(sharded - single).max()
+xb = gradkit.backend.distribute_batch(keras.ops.convert_to_tensor(x[:6]))
+assert len(xb.sharding.device_set) == 2, xb.sharding
+print("OK", fn.trace_count)
+"""
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="keras.distribution data parallelism is JAX-only")
+def test_jax_data_parallel_equals_single_device():
+    env = dict(os.environ, KERAS_BACKEND="jax", XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "OK 1" in done.stdout
+
+
+@pytest.mark.skipif(BACKEND == "jax", reason="JAX supports keras.distribution")
+def test_other_backends_refuse_an_active_distribution(monkeypatch):
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    monkeypatch.setattr(keras.distribution, "distribution", lambda: object())
+    with pytest.raises(NotImplementedError, match="only on the JAX backend"):
+        gradkit.input_gradient(model, np.zeros((2, 2), np.float32), [0, 1])
