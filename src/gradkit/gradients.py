@@ -163,10 +163,8 @@ class InputGradient:
                 )
             )
             _, grads = self._fn(trainables, non_trainables, xb, yb, wb)
-            rows, stacked = stop - start, self._stacked
-            parts.append(
-                tree.map_structure(lambda g, r=rows: _rows(keras.ops.convert_to_numpy(g), r, stacked), grads)
-            )
+            parts.append(tree.map_structure(keras.ops.convert_to_numpy, grads))
+            parts[-1] = tree.map_structure(lambda g, r=stop - start: _rows(g, r, self._stacked), parts[-1])
         grads = tree.map_structure(lambda *p: np.concatenate(p, axis=int(self._stacked)), *parts)
         if self._stacked:
             grads = _normalize_and_weight(grads, self.ensemble.weights)
