@@ -104,10 +104,12 @@ def test_samme_equals_scikit_learn(n_classes, learning_rate):
     x, y = blobs(n_classes, spread=1.0)
     labels = np.array(["ant", "bee", "cat"])[y]  # classes_ ordering follows np.unique, as in sklearn
     sw = np.random.RandomState(1).uniform(0.5, 2.0, len(y))
-    ours = SAMME(lambda: DecisionTreeClassifier(max_depth=1), n_estimators=8, learning_rate=learning_rate,
-                 verbose=0).fit(x, labels, sample_weight=sw)
-    ref = AdaBoostClassifier(DecisionTreeClassifier(max_depth=1), n_estimators=8, learning_rate=learning_rate,
-                             random_state=0).fit(x, labels, sample_weight=sw)
+    ours = SAMME(
+        lambda: DecisionTreeClassifier(max_depth=1), n_estimators=8, learning_rate=learning_rate, verbose=0
+    ).fit(x, labels, sample_weight=sw)
+    ref = AdaBoostClassifier(
+        DecisionTreeClassifier(max_depth=1), n_estimators=8, learning_rate=learning_rate, random_state=0
+    ).fit(x, labels, sample_weight=sw)
     assert len(ref.estimators_) == len(ours.estimators_) == 8
     np.testing.assert_array_equal(ours.classes_, ref.classes_)
     np.testing.assert_allclose(ours.estimator_weights_, ref.estimator_weights_, rtol=1e-12, atol=0)
@@ -236,17 +238,25 @@ def test_bad_sample_weight_and_unfitted():
 
 
 def softmax_learner():
-    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(8, activation="tanh"),
-                              keras.layers.Dense(3, activation="softmax")])
-    model.compile(optimizer=keras.optimizers.Adam(0.05), loss="sparse_categorical_crossentropy")
+    model = keras.Sequential(
+        [
+            keras.Input((2,)),
+            keras.layers.Dense(8, activation="tanh"),
+            keras.layers.Dense(3, activation="softmax"),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.05), loss="sparse_categorical_crossentropy", run_eagerly=True
+    )
     return model
 
 
 def test_as_ensemble_works_with_input_gradient():
     x, y = blobs(3, n=60, spread=1.0)
     x = x.astype("float32")
-    est = SAMME(softmax_learner, n_estimators=2, fit_kwargs={"epochs": 2, "batch_size": 32}, random_state=0,
-                verbose=0).fit(x, y)
+    est = SAMME(
+        softmax_learner, n_estimators=2, fit_kwargs={"epochs": 2, "batch_size": 32}, random_state=0, verbose=0
+    ).fit(x, y)
     ens = est.as_ensemble()
     assert isinstance(ens, gradkit.WeightedEnsemble) and ens.weights == tuple(est.estimator_weights_)
     np.testing.assert_array_equal(ens.predict(x), est.predict(x))
@@ -280,13 +290,21 @@ def test_adversarial_rounds_train_on_clean_plus_attacked_copies():
 
     def build():
         model = Recording([keras.Input((2,)), keras.layers.Dense(3, activation="softmax")])
-        model.compile(optimizer=keras.optimizers.Adam(0.05), loss="sparse_categorical_crossentropy")
+        model.compile(
+            optimizer=keras.optimizers.Adam(0.05), loss="sparse_categorical_crossentropy", run_eagerly=True
+        )
         return model
 
     x, y = blobs(3, n=60, spread=1.0)
     x = x.astype("float32")
-    est = SAMME(build, n_estimators=2, fit_kwargs={"epochs": 1}, random_state=0, verbose=0,
-                adversarial={"attack": "fgsm", "eps": 0.1}).fit(x, y)
+    est = SAMME(
+        build,
+        n_estimators=2,
+        fit_kwargs={"epochs": 1},
+        random_state=0,
+        verbose=0,
+        adversarial={"attack": "fgsm", "eps": 0.1},
+    ).fit(x, y)
     assert len(est.estimators_) == 2 and [len(s[0]) for s in seen] == [60, 120, 120]  # round 0 fits twice
     for xs, sw in seen[1:]:
         np.testing.assert_array_equal(xs[:60], x)

@@ -24,13 +24,21 @@ def data():
 
 def learner():
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3, activation="softmax")])
-    model.compile(optimizer=keras.optimizers.Adam(0.1), loss="sparse_categorical_crossentropy", run_eagerly=True)
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.1), loss="sparse_categorical_crossentropy", run_eagerly=True
+    )
     return model
 
 
 def boosting(**kwargs):
-    return SAMME(kwargs.pop("build_fn", learner), n_estimators=kwargs.pop("n_estimators", 3), fit_kwargs=FIT,
-                 random_state=7, verbose=0, **kwargs)
+    return SAMME(
+        kwargs.pop("build_fn", learner),
+        n_estimators=kwargs.pop("n_estimators", 3),
+        fit_kwargs=FIT,
+        random_state=7,
+        verbose=0,
+        **kwargs,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -122,8 +130,13 @@ def test_resume_of_a_finished_fit_trains_nothing():
 
 def test_safe_mode_refuses_lambda_layers(tmp_path):
     def with_lambda():
-        model = keras.Sequential([keras.Input((2,)), keras.layers.Lambda(lambda t: t * 2.0),
-                                  keras.layers.Dense(3, activation="softmax")])
+        model = keras.Sequential(
+            [
+                keras.Input((2,)),
+                keras.layers.Lambda(lambda t: t * 2.0),
+                keras.layers.Dense(3, activation="softmax"),
+            ]
+        )
         model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
         return model
 

@@ -3,10 +3,11 @@
 import keras
 import numpy as np
 import pytest
-from conftest import set_weights_from
 
 import gradkit
 from gradkit.attacks import _base
+
+from conftest import set_weights_from
 
 LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -52,12 +53,13 @@ def test_zero_gradient_fraction_is_hand_computed():
     inp = keras.Input((1,))  # ReLU dead for x < 0: those samples have an exactly zero input gradient
     hidden = keras.layers.Dense(1, activation="relu")(inp)
     model = keras.Model(inp, keras.layers.Dense(2)(hidden))
-    model.set_weights([np.ones((1, 1)), np.zeros(1), np.array([[1.0, -1.0]]), np.zeros(2)])
+    model.set_weights([np.ones((1, 1)), np.zeros(1), np.array([[1.0, -1.0]]), np.array([0.0, 0.5])])
     model.compile(loss=LOGITS_CE)
-    x, y = np.array([[-1.0], [-0.5], [0.5], [1.0]], np.float32), np.zeros(4, int)
+    x, y = np.array([[-1.0], [-0.5], [0.5], [1.0]], np.float32), np.array([1, 1, 0, 0])
     curve = gradkit.robustness_curve(model, x, y, attack="fgsm", epsilons=[0, 0.1, 2.0])
     assert curve["zero_gradient_fraction"] == 0.5
-    # logits (h, -h) with h = relu(x): class 0 wins for x > 0; at x <= 0 a tie goes to class 0 (argmax).
+    # Logits (h, 0.5 - h), h = relu(x): class 1 where h < 0.25. The live samples (0.5, 1.0) survive eps 0.1
+    # and fall at eps 2; the dead ones cannot move, so half the accuracy left is a no-op, not robustness.
     assert curve["accuracy"] == [1.0, 1.0, 0.5]
 
 

@@ -38,7 +38,6 @@ References:
 import hashlib
 import inspect
 import math
-import os
 import time
 import warnings
 
@@ -65,7 +64,9 @@ def _check_learner(learner, x, n_classes, adversarial, checkpoint_dir):
     """Raises before any training if a fresh learner cannot be boosted."""
     if _is_keras(learner):
         if not getattr(learner, "compiled", False):
-            raise ValueError("`build_fn` must return a compiled keras.Model: call `model.compile(...)` in it.")
+            raise ValueError(
+                "`build_fn` must return a compiled keras.Model: call `model.compile(...)` in it."
+            )
         losses_lib.resolve_loss(None, learner)  # ValueError if compiled without a loss
         if len(getattr(learner, "outputs", None) or [None]) != 1:
             raise ValueError("`build_fn` must return a model with a single output.")
@@ -147,35 +148,51 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
         if not callable(self.build_fn):
             raise TypeError(f"`build_fn` must be a callable returning a learner. Received: {self.build_fn!r}")
         if self.fit_kwargs is not None and not isinstance(self.fit_kwargs, dict):
-            raise TypeError(f"`fit_kwargs` must be a dict or None. Received: {type(self.fit_kwargs).__name__}")
+            raise TypeError(
+                f"`fit_kwargs` must be a dict or None. Received: {type(self.fit_kwargs).__name__}"
+            )
         clash = sorted({"x", "y", "sample_weight"} & set(self.fit_kwargs or {}))
         if clash:
             raise ValueError(f"`fit_kwargs` must not set {clash}: boosting passes them.")
         rs = self.random_state
         if rs is not None and (isinstance(rs, bool) or not isinstance(rs, (int, np.integer)) or rs < 0):
             raise ValueError(f"`random_state` must be None or an integer >= 0. Received: random_state={rs!r}")
-        if isinstance(self.verbose, bool) or not isinstance(self.verbose, (int, np.integer)) or self.verbose < 0:
+        if (
+            isinstance(self.verbose, bool)
+            or not isinstance(self.verbose, (int, np.integer))
+            or self.verbose < 0
+        ):
             raise ValueError(f"`verbose` must be an integer >= 0. Received: verbose={self.verbose!r}")
         adv = self.adversarial
         if adv is not None:
             if not isinstance(adv, dict) or adv.get("attack") not in _ATTACKS:
-                raise ValueError(f'`adversarial` must be None or a dict with "attack" in {_ATTACKS}. Received: {adv!r}')
+                raise ValueError(
+                    f'`adversarial` must be None or a dict with "attack" in {_ATTACKS}. Received: {adv!r}'
+                )
             eps = adv.get("eps")
-            if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (math.isfinite(eps) and eps >= 0):
+            if (
+                isinstance(eps, bool)
+                or not isinstance(eps, (int, float))
+                or not (math.isfinite(eps) and eps >= 0)
+            ):
                 raise ValueError(f'`adversarial["eps"]` must be a finite number >= 0. Received: eps={eps!r}')
 
     @staticmethod
     def _check_data(x, y, sample_weight):
         x = np.asarray(x)
         if x.ndim < 2 or x.shape[0] == 0 or not np.issubdtype(x.dtype, np.number):
-            raise ValueError(f"`x` must be a non-empty numeric array of shape (n, ...). Received: shape {x.shape}")
+            raise ValueError(
+                f"`x` must be a non-empty numeric array of shape (n, ...). Received: shape {x.shape}"
+            )
         if np.issubdtype(x.dtype, np.floating) and not np.all(np.isfinite(x)):
             raise ValueError("`x` contains NaN or inf.")
         y = np.asarray(y)
         if y.ndim == 2 and y.shape[1] == 1:
             y = y[:, 0]
         if y.shape != (x.shape[0],):
-            raise ValueError(f"`y` must be class labels of shape ({x.shape[0]},). Received: y.shape={y.shape}")
+            raise ValueError(
+                f"`y` must be class labels of shape ({x.shape[0]},). Received: y.shape={y.shape}"
+            )
         classes, ids = np.unique(y, return_inverse=True)
         if len(classes) < 2:
             raise ValueError(f"`y` must hold at least two classes. Received: classes={classes.tolist()}")
@@ -215,7 +232,9 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
             self._checkpoint_files = None
         start = len(self.estimators_)
         if start > self.n_estimators:
-            raise ValueError(f"The fit to resume has {start} rounds, more than n_estimators={self.n_estimators}.")
+            raise ValueError(
+                f"The fit to resume has {start} rounds, more than n_estimators={self.n_estimators}."
+            )
         if self._finished or start == self.n_estimators:
             return self
         learner = self._new_learner(start)
@@ -247,8 +266,10 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
                     f"The first learner is worse than random: weighted error {error:.4f} >= {limit:.4f} "
                     f"for {type(self).__name__} with {self.n_classes_} classes. Use a stronger learner."
                 )
-            self._log(f"Round {t + 1}/{self.n_estimators} - error: {error:.4f} >= {limit:.4f}, learner "
-                      f"discarded, boosting stopped - {time.perf_counter() - tic:.1f}s")
+            self._log(
+                f"Round {t + 1}/{self.n_estimators} - error: {error:.4f} >= {limit:.4f}, learner "
+                f"discarded, boosting stopped - {time.perf_counter() - tic:.1f}s"
+            )
             self._finished = True
             self._checkpoint()
             return False
@@ -263,8 +284,10 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
             warnings.warn(f"Sample weights overflowed at round {t + 1}; boosting stopped.", stacklevel=3)
         else:
             self._sample_weight = new_w / new_w.sum()
-        self._log(f"Round {t + 1}/{self.n_estimators} - error: {error:.4f} - alpha: {alpha:.4f} - "
-                  f"{time.perf_counter() - tic:.1f}s" + (" - perfect, boosting stopped" if error <= 0 else ""))
+        self._log(
+            f"Round {t + 1}/{self.n_estimators} - error: {error:.4f} - alpha: {alpha:.4f} - "
+            f"{time.perf_counter() - tic:.1f}s" + (" - perfect, boosting stopped" if error <= 0 else "")
+        )
         self._checkpoint()
         return not self._finished
 
@@ -308,7 +331,9 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
         if self.checkpoint_dir is not None and persistence.exists(self.checkpoint_dir):
             source = persistence.load(self.checkpoint_dir)
             if type(source) is not type(self):
-                raise ValueError(f"`checkpoint_dir` holds a {type(source).__name__} fit, not a {type(self).__name__}.")
+                raise ValueError(
+                    f"`checkpoint_dir` holds a {type(source).__name__} fit, not a {type(self).__name__}."
+                )
             for key in ("learning_rate", "random_state", "adversarial"):
                 saved, current = source.get_params().get(key), self.get_params().get(key)
                 if persistence.to_json(saved) != persistence.to_json(current):
@@ -317,8 +342,17 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
             return False
         if source._fingerprint != fingerprint:
             raise ValueError("Cannot resume: x, y or sample_weight differ from the interrupted fit.")
-        for key in ("estimators_", "estimator_weights_", "estimator_errors_", "classes_", "n_classes_",
-                    "_sample_weight", "_finished", "_fingerprint", "_checkpoint_files"):
+        for key in (
+            "estimators_",
+            "estimator_weights_",
+            "estimator_errors_",
+            "classes_",
+            "n_classes_",
+            "_sample_weight",
+            "_finished",
+            "_fingerprint",
+            "_checkpoint_files",
+        ):
             setattr(self, key, getattr(source, key))
         return True
 
@@ -328,7 +362,9 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
 
     def _votes(self, ids, weight):
         """The SAMME coding of one learner's votes, as scikit-learn: weight or -weight / (K - 1)."""
-        return np.where(ids[:, None] == np.arange(self.n_classes_), weight, -1 / (self.n_classes_ - 1) * weight)
+        return np.where(
+            ids[:, None] == np.arange(self.n_classes_), weight, -1 / (self.n_classes_ - 1) * weight
+        )
 
     def staged_decision_function(self, x):
         """Yields the decision function after each round (see `decision_function`)."""
@@ -389,8 +425,10 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
         """
         check_is_fitted(self)
         if not all(_is_keras(m) for m in self.estimators_):
-            raise TypeError("as_ensemble() needs Keras learners; this fit holds "
-                            f"{type(self.estimators_[0]).__name__} learners.")
+            raise TypeError(
+                "as_ensemble() needs Keras learners; this fit holds "
+                f"{type(self.estimators_[0]).__name__} learners."
+            )
         return WeightedEnsemble(self.estimators_, self.estimator_weights_)
 
     def save(self, path):
@@ -427,8 +465,17 @@ class AdaBoostM1(BaseBoosting):
         classes_: `np.unique(y)`. n_classes_: K.
     """
 
-    def __init__(self, build_fn, *, n_estimators=10, fit_kwargs=None, random_state=None, adversarial=None,
-                 checkpoint_dir=None, verbose=1):
+    def __init__(
+        self,
+        build_fn,
+        *,
+        n_estimators=10,
+        fit_kwargs=None,
+        random_state=None,
+        adversarial=None,
+        checkpoint_dir=None,
+        verbose=1,
+    ):
         self.build_fn = build_fn
         self.n_estimators = n_estimators
         self.fit_kwargs = fit_kwargs
@@ -468,8 +515,18 @@ class SAMME(BaseBoosting):
         >>> clf = SAMME(lambda: DecisionTreeClassifier(max_depth=1), n_estimators=20).fit(x, y)  # doctest: +SKIP
     """
 
-    def __init__(self, build_fn, *, n_estimators=10, learning_rate=1.0, fit_kwargs=None, random_state=None,
-                 adversarial=None, checkpoint_dir=None, verbose=1):
+    def __init__(
+        self,
+        build_fn,
+        *,
+        n_estimators=10,
+        learning_rate=1.0,
+        fit_kwargs=None,
+        random_state=None,
+        adversarial=None,
+        checkpoint_dir=None,
+        verbose=1,
+    ):
         self.build_fn = build_fn
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate

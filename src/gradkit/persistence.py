@@ -121,8 +121,9 @@ def save(estimator, path):
     """
     members = list(estimator.estimators_)
     if not all(isinstance(m, keras.Model) for m in members):
-        raise TypeError("Only boosted Keras models can be saved; this fit holds "
-                        f"{type(members[0]).__name__} learners.")
+        raise TypeError(
+            f"Only boosted Keras models can be saved; this fit holds {type(members[0]).__name__} learners."
+        )
     path = os.fspath(path)
     os.makedirs(path, exist_ok=True)
     known = getattr(estimator, "_checkpoint_files", None) or {}
@@ -197,9 +198,16 @@ def _read_meta(path):
         n = int(meta["n_rounds"])
         lengths = {len(meta["members"]), len(meta["estimator_weights"]), len(meta["estimator_errors"]), n}
         weights = np.asarray(meta["estimator_weights"], dtype=np.float64)
-        ok = (lengths == {n} and n >= 1 and len(meta["classes"]) == meta["n_classes"] >= 2
-              and np.all(np.isfinite(weights)) and np.all(weights >= 0) and meta["class"] in ("AdaBoostM1", "SAMME")
-              and isinstance(meta["params"], dict) and isinstance(meta["state"]["sample_weight"], list))
+        ok = (
+            lengths == {n}
+            and n >= 1
+            and len(meta["classes"]) == meta["n_classes"] >= 2
+            and np.all(np.isfinite(weights))
+            and np.all(weights >= 0)
+            and meta["class"] in ("AdaBoostM1", "SAMME")
+            and isinstance(meta["params"], dict)
+            and isinstance(meta["state"]["sample_weight"], list)
+        )
     except (KeyError, TypeError, ValueError) as e:
         raise _corrupt(path, f"{META} lacks or garbles {e}") from e
     if not ok:

@@ -319,6 +319,10 @@ QUICK = {"epsilons": [0.0, 0.1, 0.3], "n_estimators": 2, "epochs": 3}
 _MINIMUM = {"n_estimators": 1, "epochs": 1, "seed": 0, "batch_size": 1, "pgd_steps": 1}
 
 
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
 class ConfigError(ValueError):
     """A study option or output directory that cannot be used; the message says what to change."""
 
@@ -457,6 +461,7 @@ def _atomic(path, write):
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; give the usual permissions
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
