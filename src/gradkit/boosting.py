@@ -54,6 +54,22 @@ from gradkit.ensemble import WeightedEnsemble
 
 _ATTACKS = ("fgsm", "pgd")
 _PREDICT_BATCH = 256
+_STATE = (
+    "estimators_ estimator_weights_ estimator_errors_ classes_ n_classes_ _sample_weight _finished "
+    "_fingerprint _checkpoint_files"
+).split()
+
+
+def _is_int(value):
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _is_real(value):
+    return (
+        isinstance(value, (int, float, np.integer, np.floating))
+        and not isinstance(value, bool)
+        and (math.isfinite(value))
+    )
 
 
 def _is_keras(learner):
@@ -121,9 +137,9 @@ def _keras_targets(learner, ids, n_classes, x):
     return np.eye(n_classes, dtype=np.float32)[ids]
 
 
-def _fingerprint(x, ids, weights):
+def _fingerprint(x, ids, weights, classes):
     digest = hashlib.sha256()
-    for a in (np.ascontiguousarray(x), ids, weights):
+    for a in (np.ascontiguousarray(x), ids, weights, np.asarray(classes).astype(str)):
         digest.update(f"{a.dtype}{a.shape}".encode())
         digest.update(a.tobytes())
     return digest.hexdigest()
@@ -139,43 +155,29 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
         raise NotImplementedError
 
     def _check_params(self):
-        n = self.n_estimators
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"`n_estimators` must be an integer >= 1. Received: n_estimators={n!r}")
-        lr = getattr(self, "learning_rate", 1.0)
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (math.isfinite(lr) and lr > 0):
-            raise ValueError(f"`learning_rate` must be a finite number > 0. Received: learning_rate={lr!r}")
-        if not callable(self.build_fn):
-            raise TypeError(f"`build_fn` must be a callable returning a learner. Received: {self.build_fn!r}")
-        if self.fit_kwargs is not None and not isinstance(self.fit_kwargs, dict):
-            raise TypeError(
-                f"`fit_kwargs` must be a dict or None. Received: {type(self.fit_kwargs).__name__}"
-            )
-        clash = sorted({"x", "y", "sample_weight"} & set(self.fit_kwargs or {}))
-        if clash:
-            raise ValueError(f"`fit_kwargs` must not set {clash}: boosting passes them.")
-        rs = self.random_state
-        if rs is not None and (isinstance(rs, bool) or not isinstance(rs, (int, np.integer)) or rs < 0):
-            raise ValueError(f"`random_state` must be None or an integer >= 0. Received: random_state={rs!r}")
-        if (
-            isinstance(self.verbose, bool)
-            or not isinstance(self.verbose, (int, np.integer))
-            or self.verbose < 0
-        ):
-            raise ValueError(f"`verbose` must be an integer >= 0. Received: verbose={self.verbose!r}")
-        adv = self.adversarial
-        if adv is not None:
-            if not isinstance(adv, dict) or adv.get("attack") not in _ATTACKS:
-                raise ValueError(
-                    f'`adversarial` must be None or a dict with "attack" in {_ATTACKS}. Received: {adv!r}'
-                )
-            eps = adv.get("eps")
-            if (
-                isinstance(eps, bool)
-                or not isinstance(eps, (int, float))
-                or not (math.isfinite(eps) and eps >= 0)
-            ):
-                raise ValueError(f'`adversarial["eps"]` must be a finite number >= 0. Received: eps={eps!r}')
+        n, lr, fn = self.n_estimators, getattr(self, "learning_rate", 1.0), self.build_fn
+        kwargs, rs, adv = self.fit_kwargs, self.random_state, self.adversarial
+        attack_ok = adv is None or (isinstance(adv, dict) and adv.get("attack") in _ATTACKS)
+        eps = adv.get("eps") if attack_ok and adv is not None else 0.0
+        checks = [
+            (_is_int(n) and n >= 1, "n_estimators", n, "an integer >= 1"),
+            (_is_real(lr) and lr > 0, "learning_rate", lr, "a finite number > 0"),
+            (callable(fn), "build_fn", fn, "a callable returning a learner", TypeError),
+            (kwargs is None or isinstance(kwargs, dict), "fit_kwargs", kwargs, "a dict or None", TypeError),
+            (
+                not {"x", "y", "sample_weight"} & set(kwargs or {}),
+                "fit_kwargs",
+                kwargs,
+                "free of x, y, sample_weight",
+            ),
+            (rs is None or (_is_int(rs) and rs >= 0), "random_state", rs, "None or an integer >= 0"),
+            (_is_int(self.verbose) and self.verbose >= 0, "verbose", self.verbose, "an integer >= 0"),
+            (attack_ok, "adversarial", adv, f'None or a dict with "attack" in {_ATTACKS} and "eps"'),
+            (_is_real(eps) and eps >= 0, 'adversarial["eps"]', eps, "a finite number >= 0"),
+        ]
+        for ok, name, value, expected, *error in checks:
+            if not ok:
+                raise (error or [ValueError])[0](f"`{name}` must be {expected}. Received: {name}={value!r}")
 
     @staticmethod
     def _check_data(x, y, sample_weight):
@@ -224,8 +226,8 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
         """
         self._check_params()
         x, ids, classes, w0 = self._check_data(x, y, sample_weight)
-        fingerprint = _fingerprint(x, ids, w0)
-        if not (resume and self._resume(classes, fingerprint)):
+        fingerprint = _fingerprint(x, ids, w0, classes)
+        if not (resume and self._resume(fingerprint)):
             self.estimators_, self.estimator_weights_, self.estimator_errors_ = [], np.zeros(0), np.zeros(0)
             self.classes_, self.n_classes_ = classes, len(classes)
             self._sample_weight, self._finished, self._fingerprint = w0.copy(), False, fingerprint
@@ -254,6 +256,8 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
     def _round(self, t, learner, x, ids, zero):
         """One boosting round; returns False when boosting stops."""
         tic = time.perf_counter()
+        if any(learner is m for m in self.estimators_):
+            raise ValueError("`build_fn` must return a new learner on every call, not the same object.")
         w = np.clip(self._sample_weight, np.finfo(np.float64).eps, None)
         w[zero] = 0.0
         self._train(t, learner, x, ids, w)
@@ -325,7 +329,7 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
         if self.checkpoint_dir is not None:
             persistence.save(self, self.checkpoint_dir)
 
-    def _resume(self, classes, fingerprint):
+    def _resume(self, fingerprint):
         """Takes the state to resume from (checkpoint or memory); False when there is none."""
         source = self
         if self.checkpoint_dir is not None and persistence.exists(self.checkpoint_dir):
@@ -342,17 +346,7 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
             return False
         if source._fingerprint != fingerprint:
             raise ValueError("Cannot resume: x, y or sample_weight differ from the interrupted fit.")
-        for key in (
-            "estimators_",
-            "estimator_weights_",
-            "estimator_errors_",
-            "classes_",
-            "n_classes_",
-            "_sample_weight",
-            "_finished",
-            "_fingerprint",
-            "_checkpoint_files",
-        ):
+        for key in _STATE:
             setattr(self, key, getattr(source, key))
         return True
 
@@ -511,8 +505,9 @@ class SAMME(BaseBoosting):
         learning_rate: shrinkage of every alpha_t, > 0. Defaults to 1.0.
 
     Example:
-        >>> from sklearn.tree import DecisionTreeClassifier            # doctest: +SKIP
-        >>> clf = SAMME(lambda: DecisionTreeClassifier(max_depth=1), n_estimators=20).fit(x, y)  # doctest: +SKIP
+        >>> stump = lambda: DecisionTreeClassifier(max_depth=1)       # doctest: +SKIP
+        >>> clf = SAMME(stump, n_estimators=20).fit(x, y)             # doctest: +SKIP
+        >>> clf.predict(x)                                            # doctest: +SKIP
     """
 
     def __init__(

@@ -85,6 +85,8 @@ def run_study(config, *, progress=True):
     data = datasets.load_dataset(config["dataset"], seed=config["seed"])
     if config["quick"]:
         data = datasets.subsample(data, *QUICK_SUBSET, seed=config["seed"])
+    if config["model"] == "cnn" and data.x_train.ndim != 4:
+        raise ConfigError(f'`model="cnn"` needs images; {data.name!r} holds flat features: use model="mlp".')
     state = open_out(out, config, backend, _fingerprint(data))
     state.update(dataset=data.name, n_train=len(data.x_train), n_test=len(data.x_test))
     trained = {name: _trained(name, config, data, state, out, progress) for name in MODELS}
@@ -142,13 +144,13 @@ def build_model(kind, input_shape, n_classes, *, learning_rate=3e-3):
         learning_rate: Adam's learning rate. Defaults to 3e-3.
 
     Raises:
-        ConfigError: "cnn" on flat `(d,)` inputs.
+        ValueError: "cnn" on flat `(d,)` inputs.
     """
     layers = keras.layers
     stack = [keras.Input(tuple(input_shape))]
     if kind == "cnn":
         if len(input_shape) != 3:
-            raise ConfigError(f'`model="cnn"` needs images (h, w, c). Received: input shape {input_shape}')
+            raise ValueError(f'`kind="cnn"` needs images (h, w, c). Received: input_shape={input_shape}')
         height = input_shape[0]
         for filters in (16, 32):
             stack.append(layers.Conv2D(filters, 3, padding="same", activation="relu"))
@@ -218,36 +220,31 @@ def _train_boosted(name, config, data, progress):
 
 
 def _attack_all(trained, config, data, state, out, progress):
-    """Adds the missing (model, attack, eps) rows to `state`, saving results.json after each."""
+    """Adds the missing (model, attack, eps) rows to `state`, saving results.json after each curve."""
     from gradkit.robustness import robustness_curve
 
     done = {(r["model"], r["attack"], r["eps"]) for r in state["results"]}
-    todo = [
-        (name, attack, eps)
+    todo = {
+        (name, attack): [e for e in config["epsilons"] if (name, attack, e) not in done]
         for name in MODELS
         for attack in config["attacks"]
-        for eps in config["epsilons"]
-        if (name, attack, eps) not in done
-    ]
-    targets = {name: as_target(model) for name, model in trained.items()}
+    }
+    todo = {key: epsilons for key, epsilons in todo.items() if epsilons}
+    targets = {name: as_target(model) for name, model in trained.items()}  # one gradient cache each
     batch_size = min(len(data.x_test), 1024)
-    for name, attack, eps in tqdm(todo, desc="attacks", unit="eps", disable=not progress):
-        options = {"clip_values": (0.0, 1.0)}
-        if attack == "pgd":
-            options.update(steps=config["pgd_steps"], seed=config["seed"])
-        curve = robustness_curve(
-            targets[name],
-            data.x_test,
-            data.y_test,
-            attack=attack,
-            epsilons=[eps],
-            batch_size=batch_size,
-            **options,
-        )
-        state["results"].append(
-            {"model": name, "attack": attack, "eps": eps, "accuracy": curve["accuracy"][0]}
-        )
-        write_json(state, os.path.join(out, "results.json"))
+    with tqdm(total=sum(map(len, todo.values())), desc="attacks", unit="eps", disable=not progress) as bar:
+        for (name, attack), epsilons in todo.items():
+            options = {"steps": config["pgd_steps"], "seed": config["seed"]} if attack == "pgd" else {}
+            curve = robustness_curve(
+                targets[name], data.x_test, data.y_test, attack=attack, epsilons=epsilons,
+                batch_size=batch_size, clip_values=(0.0, 1.0), **options,
+            )  # fmt: skip
+            state["results"] += [
+                {"model": name, "attack": attack, "eps": e, "accuracy": a}
+                for e, a in zip(epsilons, curve["accuracy"])
+            ]
+            write_json(state, os.path.join(out, "results.json"))
+            bar.update(len(epsilons))
     order = {key: i for i, key in enumerate(MODELS + tuple(config["attacks"]))}
     state["results"].sort(key=lambda r: (order[r["model"]], order[r["attack"]], r["eps"]))
 
