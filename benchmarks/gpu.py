@@ -55,7 +55,8 @@ def bare_loss(trainables, non_trainables, xb, yb, wb):
     total = 0.0
     for k, m in enumerate(models):
         out, _ = m.stateless_call(trainables[k], non_trainables[k], xb, training=False)
-        total = total + keras.ops.sum(keras.ops.sparse_categorical_crossentropy(yb, out, from_logits=True) * wb)
+        ce = keras.ops.sparse_categorical_crossentropy(yb, out, from_logits=True)
+        total = total + keras.ops.sum(ce * wb)
     return total
 
 bare = backend.compile_grad(bare_loss, "x")
