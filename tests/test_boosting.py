@@ -99,11 +99,13 @@ def blobs(n_classes=3, n=150, seed=0, spread=2.0):
     return (centers[y] + rng.randn(n, 2)).astype(np.float64), y
 
 
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")  # sklearn's log of zero weights
 @pytest.mark.parametrize("n_classes,learning_rate", [(3, 1.0), (3, 0.5), (2, 1.0)])
 def test_samme_equals_scikit_learn(n_classes, learning_rate):
     x, y = blobs(n_classes, spread=1.0)
     labels = np.array(["ant", "bee", "cat"])[y]  # classes_ ordering follows np.unique, as in sklearn
     sw = np.random.RandomState(1).uniform(0.5, 2.0, len(y))
+    sw[::10] = 0.0  # zero weights stay zero, the others are clipped at machine epsilon, as in sklearn
     ours = SAMME(
         lambda: DecisionTreeClassifier(max_depth=1), n_estimators=8, learning_rate=learning_rate, verbose=0
     ).fit(x, labels, sample_weight=sw)
@@ -193,6 +195,12 @@ def uncompiled():
     return keras.Sequential([keras.Input((1,)), keras.layers.Dense(3, activation="softmax")])
 
 
+def no_loss():
+    model = uncompiled()
+    model.compile(optimizer="sgd")
+    return model
+
+
 def three_units():
     model = uncompiled()
     model.compile(loss="sparse_categorical_crossentropy")
@@ -209,6 +217,7 @@ def three_units():
         ({"build_fn": 3}, Y3, TypeError, "build_fn"),
         ({"build_fn": lambda: 3}, Y3, TypeError, "build_fn"),
         ({"build_fn": uncompiled}, Y3, ValueError, "compiled"),
+        ({"build_fn": no_loss}, Y3, ValueError, "loss"),
         ({"build_fn": three_units}, Y3 % 2, ValueError, "3 output units"),
         ({}, np.zeros(10), ValueError, "two classes"),
         ({}, Y3[:5], ValueError, "shape"),
@@ -285,30 +294,35 @@ def test_adversarial_rounds_train_on_clean_plus_attacked_copies():
 
     class Recording(keras.Sequential):
         def fit(self, x=None, y=None, sample_weight=None, **kwargs):
-            seen.append((np.array(x), np.array(sample_weight)))
+            seen.append((np.array(x), np.array(sample_weight), self.get_weights()))
             return super().fit(x, y, sample_weight=sample_weight, **kwargs)
 
     def build():
-        model = Recording([keras.Input((2,)), keras.layers.Dense(3, activation="softmax")])
-        model.compile(
-            optimizer=keras.optimizers.Adam(0.05), loss="sparse_categorical_crossentropy", run_eagerly=True
+        model = Recording(
+            [keras.Input((2,)), keras.layers.Dense(16, activation="tanh"), keras.layers.Dense(3)]
         )
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        model.compile(optimizer=keras.optimizers.Adam(0.1), loss=loss, run_eagerly=True)
         return model
 
-    x, y = blobs(3, n=60, spread=1.0)
-    x = x.astype("float32")
+    rng = np.random.RandomState(0)
+    y = np.arange(60) % 3
+    x = (np.array([[0.0, 0.0], [2.5, 0.0], [0.0, 2.5]])[y] + rng.randn(60, 2) * 0.8).astype("float32")
     est = SAMME(
         build,
         n_estimators=2,
-        fit_kwargs={"epochs": 1},
+        fit_kwargs={"epochs": 5, "batch_size": 16},
         random_state=0,
         verbose=0,
         adversarial={"attack": "fgsm", "eps": 0.1},
     ).fit(x, y)
     assert len(est.estimators_) == 2 and [len(s[0]) for s in seen] == [60, 120, 120]  # round 0 fits twice
-    for xs, sw in seen[1:]:
+    for xs, sw, _ in seen[1:]:
         np.testing.assert_array_equal(xs[:60], x)
         np.testing.assert_array_equal(sw[:60], sw[60:])  # the copy of sample i carries w_i
         assert np.abs(xs[60:] - x).max() == pytest.approx(0.1, abs=1e-6)
+    first = build()  # round 0 attacks its own learner as it was after the clean fit
+    first.set_weights(seen[1][2])
+    np.testing.assert_array_equal(seen[1][0][60:], attacks.fgsm(first, x, y, eps=0.1))
     ensemble_so_far = gradkit.WeightedEnsemble(est.estimators_[:1], est.estimator_weights_[:1])
     np.testing.assert_array_equal(seen[2][0][60:], attacks.fgsm(ensemble_so_far, x, y, eps=0.1))

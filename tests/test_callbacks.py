@@ -67,6 +67,17 @@ def test_step_values_and_epoch_mean_nan_passes_through():
     assert np.isnan(history["grad_norm"][0])
 
 
+def test_step_values_survive_buffer_wraparound_and_validation():
+    model = n2_model()  # kernel 1, SGD(0), mse: one sample x with target 0 has gradient 2 x^2
+    x = np.linspace(0.5, 2.0, 150, dtype=np.float32)[:, None]
+    y = np.zeros_like(x)
+    callback = GradientNormCallback()
+    history = fit(model, x, y, callback, batch_size=1, epochs=2, validation_data=(x[:2], y[:2]))
+    assert sum(len(e) for e in callback.steps["grad_norm"]) > model._gradkit_grad_norm.buffer_size
+    np.testing.assert_allclose(callback.steps["grad_norm"], [2 * x[:, 0] ** 2] * 2, rtol=1e-6)
+    np.testing.assert_allclose(history["grad_norm"], [np.mean(2 * x[:, 0].astype(np.float64) ** 2)] * 2, rtol=1e-5)
+
+
 def test_n1_one_sgd_step_applies_the_regularization_gradient():
     model = n1_model()
     history = fit(model, np.zeros((4, 2), np.float32), np.zeros((4, 1), np.float32), GradientNormCallback(True))
@@ -177,6 +188,7 @@ class Subclassed(keras.Model):
         return self.out(self.hidden(x))
 
 
+@pytest.mark.slow
 def test_built_subclassed_model_and_embedding_with_repeated_ids():
     model = Subclassed()
     model(X)

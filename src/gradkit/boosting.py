@@ -457,6 +457,10 @@ class AdaBoostM1(BaseBoosting):
     Attributes:
         estimators_, estimator_weights_, estimator_errors_: the fitted rounds only (float64 arrays).
         classes_: `np.unique(y)`. n_classes_: K.
+
+    References:
+        Freund & Schapire (1996), "Experiments with a new boosting algorithm", ICML,
+        https://dl.acm.org/doi/10.5555/3091696.3091715
     """
 
     def __init__(
@@ -503,6 +507,10 @@ class SAMME(BaseBoosting):
         build_fn, n_estimators, fit_kwargs, random_state, adversarial, checkpoint_dir, verbose: see
             `AdaBoostM1`.
         learning_rate: shrinkage of every alpha_t, > 0. Defaults to 1.0.
+
+    References:
+        Zhu, Zou, Rosset & Hastie (2009), "Multi-class AdaBoost", Statistics and Its Interface 2(3),
+        https://doi.org/10.4310/SII.2009.v2.n3.a8
 
     Example:
         >>> stump = lambda: DecisionTreeClassifier(max_depth=1)       # doctest: +SKIP

@@ -27,6 +27,8 @@ References:
     https://arxiv.org/abs/1211.5063.
 """
 
+import warnings
+
 import keras
 import numpy as np
 
@@ -36,36 +38,40 @@ _ATTR = "_gradkit_grad_norm"
 
 
 class GradientNormMetric(keras.metrics.Metric):
-    """Running mean of per-step gradient norms; `update_state([norm_1, ..., norm_k, weight])`.
+    """Running mean of per-step gradient norms, plus a buffer of the latest step values.
 
-    `weight` (1 or 0) says whether the step counts. Keeps `last`, the values of the last counted step.
+    `update_state(values)` takes `[norm_1, ..., norm_k, weight]`: weight 1 for a step that counts, and
+    all zeros for one that does not (a step that only accumulates gradients). `sums` holds the running
+    sums of the norms and of the weights, so a step costs one addition; `result()` is their ratio.
+    `steps` is a shift register of the last `buffer_size` rows (newest last), read by
+    `GradientNormCallback`; `reset_state` clears `sums` only, so the rows survive evaluation's reset.
     """
 
-    def __init__(self, names, name=norms.PREFIX):
+    def __init__(self, names, buffer_size=256, name=norms.PREFIX):
         super().__init__(name=name, dtype="float32")
-        self.names = list(names)
-        k = len(self.names)
-        self.total = self.add_variable(shape=(k,), initializer="zeros", name="total")
-        self.count = self.add_variable(shape=(), initializer="zeros", name="count")
-        self.last = self.add_variable(shape=(k,), initializer="zeros", name="last")
+        self.names, self.buffer_size = list(names), int(buffer_size)
+        k = len(self.names) + 1
+        self.sums = self.add_variable(shape=(k,), initializer="zeros", name="sums")
+        self.steps = self.add_variable(shape=(self.buffer_size, k), initializer="zeros", name="steps")
 
     def update_state(self, values):
         values = keras.ops.cast(values, "float32")
-        step, weight = values[:-1], values[-1]
-        counted = keras.ops.greater(weight, 0.0)
-        self.total.assign(self.total.value + keras.ops.where(counted, step, 0.0))
-        self.count.assign(self.count.value + weight)
-        self.last.assign(keras.ops.where(counted, step, self.last.value))
+        self.sums.assign(self.sums.value + values)
+        self.steps.assign(keras.ops.concatenate([self.steps.value[1:], values[None]]))
+
+    def reset_state(self):
+        self.sums.assign(keras.ops.zeros_like(self.sums.value))
 
     def result(self):
-        mean = keras.ops.divide_no_nan(self.total.value, self.count.value)
-        return {name: mean[i] for i, name in enumerate(self.names)}
+        sums = self.sums.value
+        mean = sums[:-1] / keras.ops.maximum(sums[-1], 1.0)  # the weights sum to an integer: 0 gives 0
+        return dict(zip(self.names, keras.ops.unstack(mean)))
 
     def result_names(self):
         return list(self.names)
 
     def get_config(self):
-        return {"names": self.names, "name": self.name}
+        return {"names": self.names, "buffer_size": self.buffer_size, "name": self.name}
 
 
 def _inner_optimizer(optimizer):
@@ -92,7 +98,7 @@ def untrack_gradient_norm(model):
         return model
     if getattr(model, "_tracker", None) is not None:
         model._tracker.untrack(metric)
-    object.__delattr__(model, _ATTR)
+    delattr(model, _ATTR)
     for name in ("train_step", "test_step"):
         vars(model).pop(name, None)
     model.train_function = None
@@ -109,15 +115,17 @@ def _make_steps(model, metric, layers):
         if len(grads) not in cache:  # computed at trace time (TF, JAX); once per model state (torch)
             cache.clear()
             cache[len(grads)] = norms.layer_groups(model, layers)
-        weight = keras.ops.ones((1,), "float32")
-        if context.get("steps"):  # the applied gradient is the mean of the accumulated ones
-            n, acc = context["steps"], context["acc"] or [None] * len(grads)
-            grads = [g if g is None else (g / scale + (0.0 if a is None else a)) / n for g, a in zip(grads, acc)]
-            scale = 1.0
-            update = keras.ops.equal(keras.ops.mod(context["iteration"] + 1, n), 0)
-            weight = keras.ops.reshape(keras.ops.cast(update, "float32"), (1,))
-        values = norms.norm_values(grads, cache[len(grads)], scale)
-        return keras.ops.concatenate([values, weight])
+        if not context.get("steps"):
+            values = norms.norm_values(grads, cache[len(grads)], scale)
+            return keras.ops.concatenate([values, keras.ops.ones((1,), "float32")])
+        # Gradient accumulation: the applied gradient is the mean of the accumulated ones, and only
+        # the step that applies it counts.
+        n, acc = context["steps"], context["acc"] or [None] * len(grads)
+        grads = [g if g is None else (g / scale + (0.0 if a is None else a)) / n for g, a in zip(grads, acc)]
+        values = norms.norm_values(grads, cache[len(grads)])
+        values = keras.ops.concatenate([values, keras.ops.ones((1,), "float32")])
+        update = keras.ops.equal(keras.ops.mod(context["iteration"] + 1, n), 0)
+        return keras.ops.where(update, values, 0.0)
 
     wrapped_train, test_step = backend.wrap_train_step(model, metric, norms_fn)
 
@@ -225,38 +233,46 @@ class GradientNormCallback(keras.callbacks.Callback):
         super().__init__()
         self.per_layer = norms.check_bool(per_layer, "per_layer")
         self.epochs, self.steps = [], {}
-        self._pending = []
+        self._rows = []
 
     def set_model(self, model):
         super().set_model(model)
         track_gradient_norm(model, per_layer=self.per_layer)
 
-    def on_epoch_begin(self, epoch, logs=None):
-        metric = getattr(self.model, _ATTR)
-        ids = [id(v) for v in self.model.metrics_variables]
-        self._slots = (ids.index(id(metric.last)), ids.index(id(metric.count)))
-        self._pending = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        model = self.model
+    def _collect(self, steps_done):
+        """Reads the rows of the steps run since the last read (the newest rows of the buffer)."""
+        new = steps_done - self._steps_read
+        if new <= 0:
+            return
+        model, metric = self.model, getattr(self.model, _ATTR)
         state = getattr(model, "_jax_state", None)  # JAX keeps the live state outside the variables
         if state and not getattr(model, "_jax_state_synced", True):
-            values = [state["metrics_variables"][i] for i in self._slots]
+            ids = [id(v) for v in model.metrics_variables]
+            buffer = state["metrics_variables"][ids.index(id(metric.steps))]
         else:
-            metric = getattr(model, _ATTR)
-            values = [metric.last.value, metric.count.value]
-        self._pending.append([keras.ops.copy(v) for v in values])
+            buffer = metric.steps.value
+        rows = keras.ops.convert_to_numpy(buffer)[-new:].astype(np.float64)
+        if new > len(rows):
+            warnings.warn(f"GradientNormCallback kept only the last {len(rows)} step values of {new}.")
+        self._rows.extend(row[:-1] for row in rows if row[-1] > 0)
+        self._steps_read = steps_done
+
+    def on_train_begin(self, logs=None):
+        self._per_call = int(getattr(self.model, "steps_per_execution", 1) or 1)
+        self._size = getattr(self.model, _ATTR).buffer_size
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._rows, self._steps_read, self._steps_done = [], 0, 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._steps_done = batch + 1  # `batch` is the index of the last step run
+        if self._steps_done - self._steps_read + self._per_call > self._size:
+            self._collect(self._steps_done)  # before the next call could push rows out
 
     def on_epoch_end(self, epoch, logs=None):
-        names = getattr(self.model, _ATTR).names
-        rows, count = [], 0.0
-        for last, new_count in self._pending:
-            new_count = float(keras.ops.convert_to_numpy(new_count))
-            if new_count != count:
-                rows.append(np.asarray(keras.ops.convert_to_numpy(last), dtype=np.float64))
-            count = new_count
-        self._pending = []
+        self._collect(self._steps_done)
         self.epochs.append(int(epoch))
-        for i, name in enumerate(names):
+        for i, name in enumerate(getattr(self.model, _ATTR).names):
             history = self.steps.setdefault(name, [[] for _ in self.epochs[:-1]])
-            history.append([float(row[i]) for row in rows])
+            history.append([float(row[i]) for row in self._rows])
+        self._rows = []

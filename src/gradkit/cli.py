@@ -46,7 +46,7 @@ def _word_list(text):
 
 def build_parser():
     """The argparse parser of `gradkit` (subcommand `study`); defaults of None mean "the study's"."""
-    from gradkit.study import DEFAULTS, QUICK
+    from gradkit.study import DEFAULTS, QUICK, QUICK_SUBSET
 
     parser = _Parser(
         prog="gradkit", description="Robustness studies of Keras networks and boosted ensembles."
@@ -55,7 +55,7 @@ def build_parser():
     study = commands.add_parser(
         "study",
         help="train a single network, AdaBoost.M1 and adversarial boosting; attack them; report",
-        description="Train `single`, `adaboost_m1` and `adv_boost`, attack each at every eps, and write "
+        description="Train `single`, `adaboost_m1` and `adv_boost`, attack each at every eps, and write\n"
         "results.json, results.csv, robustness.png, grad_norm.png and the models to --out.",
         epilog=_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -89,7 +89,8 @@ def build_parser():
         "--quick",
         action="store_true",
         help=f"{QUICK['n_estimators']} members x {QUICK['epochs']} epochs, epsilons "
-        f"{','.join(f'{e:g}' for e in QUICK['epsilons'])} (explicit options still win)",
+        f"{','.join(f'{e:g}' for e in QUICK['epsilons'])}, at most {QUICK_SUBSET[0]}/{QUICK_SUBSET[1]} "
+        "train/test samples (explicit options still win)",
     )
     add("--no-progress", action="store_true", help="no progress bars")
     return parser

@@ -52,34 +52,31 @@ def result_names(layers):
     return [PREFIX] + [f"{PREFIX}/{layer.name}" for layer in layers]
 
 
-def _squared_sum(grad, inv_scale):
-    if hasattr(grad, "indices") and hasattr(grad, "dense_shape"):
-        # TensorFlow IndexedSlices (Embedding): densify, so repeated indices are summed first.
-        grad = keras.ops.convert_to_tensor(grad)
-    grad = keras.ops.cast(grad, "float32") * inv_scale
-    return keras.ops.sum(keras.ops.square(grad))
-
-
 def norm_values(grads, groups, scale=1.0):
     """Float32 vector `[global norm, norm of group 1, ...]` of `grads` divided by `scale` (keras.ops).
 
     Args:
-        grads: list of gradient tensors aligned with `model.trainable_variables`; None counts as zero.
+        grads: list of dense gradient tensors aligned with `model.trainable_variables`; None counts
+            as zero.
         groups: index lists from `layer_groups`.
-        scale: loss-scale factor the gradients are multiplied by (scalar tensor or float).
+        scale: loss-scale factor the gradients are multiplied by (scalar tensor or float); the norms
+            are divided by it (a norm is linear in its argument, so this equals unscaling first).
 
-    NaN and inf propagate to every norm whose weights contain them.
+    One fused norm per weight, then the norm of those norms: few operations per step, and NaN/inf
+    propagate to every norm whose weights contain them.
     """
-    inv_scale = 1.0 / keras.ops.cast(scale, "float32")
-    squares = [None if g is None else _squared_sum(g, inv_scale) for g in grads]
-    zero = keras.ops.zeros((), "float32")
-
-    def total(items):
-        items = [s for s in items if s is not None]
-        return keras.ops.sqrt(sum(items[1:], items[0]) if items else zero)
-
-    parts = [total(squares)] + [total([squares[i] for i in group]) for group in groups]
-    return keras.ops.stack(parts)
+    present = [i for i, g in enumerate(grads) if g is not None]
+    if not present:
+        return keras.ops.zeros((1 + len(groups),), "float32")
+    per_weight = keras.ops.stack(
+        [keras.ops.norm(keras.ops.cast(keras.ops.reshape(grads[i], (-1,)), "float32")) for i in present]
+    )
+    position = {i: k for k, i in enumerate(present)}
+    parts = [keras.ops.norm(per_weight)]
+    for group in groups:
+        picked = [position[i] for i in group if i in position]
+        parts.append(keras.ops.norm(keras.ops.take(per_weight, picked)) if picked else keras.ops.zeros(()))
+    return keras.ops.stack(parts) / keras.ops.cast(scale, "float32")
 
 
 def gradient_norm(

@@ -260,9 +260,13 @@ def _write_outputs(state, out):
         writer.writerows(state["results"])
 
     atomic_file(os.path.join(out, "results.csv"), write_csv)
-    title = f"{state['dataset']} - Keras backend {state['backend']}"
-    gradkit.plot_robustness(state["results"], os.path.join(out, "robustness.png"), title=title)
-    gradkit.plot_grad_norm(state["grad_norm"], os.path.join(out, "grad_norm.png"))
+    title = f"{state['dataset']}, Keras backend {state['backend']}"
+    gradkit.plot_robustness(
+        state["results"], os.path.join(out, "robustness.png"), title=f"Robustness - {title}"
+    )
+    gradkit.plot_grad_norm(
+        state["grad_norm"], os.path.join(out, "grad_norm.png"), title=f"Gradient norm - {title}"
+    )
 
 
 def format_table(state):

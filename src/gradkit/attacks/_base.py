@@ -24,6 +24,7 @@ from gradkit.gradients import InputGradient
 
 _NORMS = {"inf": np.inf, "linf": np.inf, "l2": 2.0, "2": 2.0}
 _TINY = 1e-12  # floor of a norm before dividing by it (a zero gradient then gives a zero step)
+SINGLE_STEP = object()  # `eps_step` of FGSM: one step of size eps (a user's None is still rejected)
 
 
 def _number(value, name):
@@ -226,11 +227,11 @@ def run(
 ):
     """Validates every argument, then runs the projected gradient loop (see the module docstring).
 
-    `eps_step=None` means a single step of size `eps` (FGSM). Returns arrays shaped like `x`, in its
+    `eps_step=SINGLE_STEP` means one step of size `eps` (FGSM). Returns arrays shaped like `x`, in its
     structure, with the model's input dtype.
     """
     eps = check_eps(eps)
-    if eps_step is None:
+    if eps_step is SINGLE_STEP:
         eps_step, steps = eps, 1
     else:
         eps_step, steps = check_eps_step(eps_step), check_steps(steps)

@@ -64,7 +64,7 @@ def fgsm(
         x,
         y,
         eps=eps,
-        eps_step=None,
+        eps_step=_base.SINGLE_STEP,
         steps=1,
         norm=norm,
         clip_values=clip_values,

@@ -1,0 +1,216 @@
+"""PNG plots: gradient norms over training (`plot_grad_norm`) and robustness curves (`plot_robustness`).
+
+matplotlib is imported inside the functions and drawn on a bare `Figure` (Agg canvas), so importing
+gradkit never loads it and pyplot's global state and backend are left alone. Files are written
+atomically: to a temporary file in the target folder, then renamed over the target.
+"""
+
+import csv
+import math
+import numbers
+import os
+import tempfile
+
+import numpy as np
+
+SIZE = (6.4, 4.0)  # inches
+DPI = 100  # so images are 640 x 400 pixels
+_KEYS = ("model", "attack", "eps", "accuracy")
+
+
+def _check_title(title):
+    if title is not None and not isinstance(title, str):
+        raise TypeError(f"`title` must be a str or None. Received: title={title!r}")
+
+
+def _check_path(path):
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"`path` must be a str or os.PathLike. Received: path={path!r}")
+    path = os.fspath(path)
+    if not path.lower().endswith(".png"):
+        raise ValueError(f"`path` must name a .png file. Received: path={path!r}")
+    return path
+
+
+def _save(fig, path):
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".png.tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format="png", dpi=DPI)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
+
+
+def _figure():
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=SIZE, dpi=DPI)
+    return fig, fig.subplots()
+
+
+def _values(values, label):
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{label} must be a sequence of numbers. Received: {values!r:.80}") from None
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{label} must be a non-empty 1-D sequence. Received shape {arr.shape}")
+    return arr
+
+
+def _read_csv(path):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise ValueError(f"`source` CSV file has no rows: {path!r}")
+    return {key: [_cell(row[key]) for row in rows] for key in rows[0]}
+
+
+def _cell(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):  # CSVLogger writes "NA" for values missing in an epoch
+        return math.nan
+
+
+def _curves(source):
+    """(x label, {curve label: (x, y)}, epoch boundaries) from any accepted `source`."""
+    from gradkit.callbacks import GradientNormCallback
+
+    if isinstance(source, GradientNormCallback):
+        if not source.steps:
+            raise ValueError("`source` GradientNormCallback has recorded no steps yet (train with it first).")
+        curves, bounds = {}, []
+        for key, epochs in source.steps.items():
+            y = np.asarray([v for epoch in epochs for v in epoch], np.float64)
+            curves[key] = (np.arange(1, y.size + 1), y)
+            bounds = np.cumsum([len(e) for e in epochs])[:-1] + 0.5
+        return "step", curves, list(bounds)
+    if isinstance(source, (str, os.PathLike)):
+        if not os.path.isfile(source):
+            raise ValueError(f"`source` names no file (expected a CSVLogger file). Received: {source!r}")
+        source = _read_csv(source)
+    elif hasattr(source, "history") and isinstance(source.history, dict):  # keras History
+        source = source.history
+    if not isinstance(source, dict) or not source:
+        raise TypeError(
+            "`source` must be a keras History, its .history dict, a CSVLogger file path, a "
+            "GradientNormCallback or a non-empty dict {name: per-epoch values}. "
+            f"Received: {type(source).__name__}"
+        )
+    keys = [k for k in source if str(k) == "grad_norm" or str(k).startswith("grad_norm/")]
+    if keys or "loss" in source:  # a training history: plot its grad_norm columns
+        if "grad_norm" not in keys:
+            raise ValueError(
+                "`source` is a training history without 'grad_norm': train with "
+                f"gradkit.GradientNormCallback. Found keys: {sorted(map(str, source))}"
+            )
+    else:  # {model name: per-epoch values}
+        keys = list(source)
+    curves = {}
+    for key in keys:
+        y = _values(source[key], f"`source[{key!r}]`")
+        curves[str(key)] = (np.arange(1, y.size + 1), y)
+    return "epoch", curves, []
+
+
+def plot_grad_norm(source, path, *, title=None):
+    """Writes a PNG of gradient norms over training, log-scale y axis.
+
+    Args:
+        source: one of
+            - a `keras.callbacks.History` (what `fit` returns) or its `.history` dict: one curve per
+              `grad_norm` / `grad_norm/<layer>` key, per epoch (epoch means);
+            - a path to a `keras.callbacks.CSVLogger` file: the same columns;
+            - a `gradkit.GradientNormCallback`: its per-step values, dotted lines between epochs;
+            - a dict `{name: per-epoch values}` (no `"grad_norm"` or `"loss"` key): one curve per name,
+              e.g. several models' `history["grad_norm"]`.
+        path: str or PathLike ending in `.png`; missing folders are created; replaced atomically.
+        title: optional title. Defaults to "Gradient norm".
+
+    Returns:
+        str, the path written (640 x 400 pixels).
+
+    Non-positive, NaN and inf values cannot be drawn on a log axis and show as gaps.
+
+    Raises:
+        TypeError: an unsupported `source`; non-numeric values; a bad `path` type.
+        ValueError: `path` not ending in `.png`; a missing CSV file; a history without `grad_norm`;
+            empty or non-1-D value lists.
+    """
+    path = _check_path(path)
+    _check_title(title)
+    xlabel, curves, bounds = _curves(source)
+    fig, ax = _figure()
+    for label, (x, y) in curves.items():
+        y = np.where(np.isfinite(y) & (y > 0), y, np.nan)
+        ax.plot(x, y, marker="." if y.size < 50 else None, label=label)
+    for b in bounds:
+        ax.axvline(b, color="0.8", linestyle=":", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("gradient L2 norm")
+    ax.set_title(title or "Gradient norm")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _check_results(results):
+    if not isinstance(results, (list, tuple)) or not results:
+        raise TypeError(f"`results` must be a non-empty list of dicts. Received: {type(results).__name__}")
+    groups = {}
+    for i, row in enumerate(results):
+        if not isinstance(row, dict) or any(k not in row for k in _KEYS):
+            raise ValueError(f"`results[{i}]` must be a dict with keys {list(_KEYS)}. Received: {row!r:.120}")
+        eps, acc = row["eps"], row["accuracy"]
+        for name, value in (("eps", eps), ("accuracy", acc)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise ValueError(f"`results[{i}]['{name}']` must be a finite number. Received: {value!r}")
+        if eps < 0 or not 0 <= acc <= 1:
+            raise ValueError(f"`results[{i}]` needs eps >= 0 and 0 <= accuracy <= 1. Received: eps={eps}, accuracy={acc}")
+        points = groups.setdefault((str(row["model"]), str(row["attack"])), {})
+        if float(eps) in points:
+            raise ValueError(f"`results[{i}]` repeats eps={eps} for model={row['model']!r}, attack={row['attack']!r}")
+        points[float(eps)] = float(acc)
+    return groups
+
+
+def plot_robustness(results, path, *, title=None):
+    """Writes a PNG of accuracy vs attack strength: one line per (model, attack).
+
+    Args:
+        results: non-empty list of dicts `{"model": str, "attack": str, "eps": float >= 0,
+            "accuracy": float in [0, 1]}` (extra keys are ignored); at most one entry per
+            (model, attack, eps). Points of a line are sorted by eps.
+        path: str or PathLike ending in `.png`; missing folders are created; replaced atomically.
+        title: optional title. Defaults to "Robustness".
+
+    Returns:
+        str, the path written (640 x 400 pixels).
+
+    Raises:
+        TypeError: `results` is not a non-empty list; a bad `path` type.
+        ValueError: a missing key, a non-finite or out-of-range eps/accuracy, a repeated
+            (model, attack, eps), `path` not ending in `.png`.
+    """
+    path = _check_path(path)
+    _check_title(title)
+    groups = _check_results(results)
+    fig, ax = _figure()
+    for (model, attack), points in groups.items():
+        eps = sorted(points)
+        ax.plot(eps, [points[e] for e in eps], marker="o", label=f"{model} / {attack}")
+    ax.set_xlabel("eps (perturbation budget)")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(title or "Robustness")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return _save(fig, path)

@@ -1,0 +1,135 @@
+"""`gradkit` command line: options, configuration checks and exit code 2 with a message for bad input.
+
+None of these tests trains a model: every bad input is refused before the data set is loaded or
+anything is written.
+"""
+
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from gradkit import cli, study
+
+
+def _main(capsys, *args):
+    code = cli.main(["study", "--no-progress", *args])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--dataset", "cifar10"], '`dataset` must be "digits", "mnist" or a path to a .npz file'),
+        (["--epsilons", "0,-0.1"], "`epsilons` must hold finite numbers >= 0"),
+        (["--epsilons", "0,abc"], "argument --epsilons: expected comma-separated floats, got '0,abc'"),
+        (["--epsilons", "0,nan"], "`epsilons` must hold finite numbers >= 0"),
+        (["--epsilons", ""], "argument --epsilons"),
+        (["--attacks", "fgsm,cw"], '`attacks` must be a non-empty list of "fgsm", "pgd"'),
+        (["--n-estimators", "0"], "`n_estimators` must be an integer >= 1. Received: n_estimators=0"),
+        (["--epochs", "-2"], "`epochs` must be an integer >= 1"),
+        (["--pgd-steps", "1.5"], "argument --pgd-steps: invalid int value"),
+        (["--adv-eps", "-1"], "`adv_eps` must hold finite numbers >= 0"),
+        (["--model", "rnn"], "argument --model: invalid choice: 'rnn'"),
+        (["--dataset", "missing.npz"], "`dataset` file does not exist"),
+    ],
+)
+def test_bad_options_exit_2_with_a_message_and_write_nothing(capsys, tmp_path, args, message):
+    out = tmp_path / "out"
+    code, err = _main(capsys, "--out", str(out), *args)
+    assert code == 2
+    assert message in err
+    assert not out.exists()
+
+
+def test_unusable_out_directories(capsys, tmp_path):
+    afile = tmp_path / "file.txt"
+    afile.write_text("x")
+    code, err = _main(capsys, "--out", str(afile))
+    assert code == 2 and "`out` must be a directory" in err
+    code, err = _main(capsys, "--out", str(afile / "sub"))
+    assert code == 2 and "`out` must be a writable directory" in err
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    code, err = _main(capsys, "--out", str(foreign))
+    assert code == 2 and "holds files but no config.json" in err
+    assert os.listdir(foreign) == ["notes.txt"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write into read-only directories")
+def test_read_only_parent(capsys, tmp_path):
+    tmp_path.chmod(0o500)
+    try:
+        code, err = _main(capsys, "--out", str(tmp_path / "out"))
+    finally:
+        tmp_path.chmod(0o700)
+    assert code == 2 and "writable" in err
+
+
+def test_mnist_offline_exit_2(capsys, tmp_path, monkeypatch):
+    def offline(*args, **kwargs):
+        raise OSError("URL fetch failure: no network")
+
+    monkeypatch.setattr(keras.datasets.mnist, "load_data", offline)
+    code, err = _main(capsys, "--dataset", "mnist", "--out", str(tmp_path / "out"))
+    assert code == 2 and "Could not load MNIST" in err and "no network" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_npz_and_cnn_on_flat_features_exit_2(capsys, tmp_path):
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x_train=np.zeros((4, 3)), y_train=[0, 1, 0, 1], x_test=np.zeros((2, 5)), y_test=[0, 1])
+    code, err = _main(capsys, "--dataset", str(bad), "--out", str(tmp_path / "a"))
+    assert code == 2 and "same feature shape" in err and not (tmp_path / "a").exists()
+    flat = tmp_path / "flat.npz"
+    np.savez(flat, x_train=np.zeros((4, 3)), y_train=[0, 1, 0, 1], x_test=np.zeros((2, 3)), y_test=[0, 1])
+    code, err = _main(capsys, "--dataset", str(flat), "--out", str(tmp_path / "b"))
+    assert code == 2 and 'use model="mlp"' in err and not (tmp_path / "b").exists()
+
+
+def test_help_and_missing_subcommand(capsys):
+    assert cli.main(["study", "--help"]) == 0
+    text = capsys.readouterr().out
+    for option in (
+        "--dataset",
+        "--epsilons",
+        "--attacks",
+        "--n-estimators",
+        "--quick",
+        "--pgd-steps",
+        "--out",
+    ):
+        assert option in text
+    assert cli.main([]) == 2
+    assert "required: command" in capsys.readouterr().err
+
+
+def test_make_config_defaults_quick_and_overrides():
+    config = study.make_config()
+    assert config["epsilons"] == [0.0, 0.02, 0.05, 0.1, 0.2, 0.3] and config["n_estimators"] == 5
+    quick = study.make_config(quick=True, n_estimators=None)
+    assert (quick["epsilons"], quick["n_estimators"], quick["epochs"]) == ([0.0, 0.1, 0.3], 2, 3)
+    mixed = study.make_config(quick=True, epsilons=(0.2, 0, 0.2, 0.05), attacks=["pgd", "pgd"], epochs=1)
+    assert mixed["epsilons"] == [0.0, 0.05, 0.2] and mixed["attacks"] == ["pgd"] and mixed["epochs"] == 1
+    assert list(config) == list(study.DEFAULTS)
+    with pytest.raises(study.ConfigError, match=r"Unknown study options \['eps'\]"):
+        study.make_config(eps=[0.1])
+    with pytest.raises(study.ConfigError, match="`seed` must be an integer >= 0. Received: seed=True"):
+        study.make_config(seed=True)
+    with pytest.raises(study.ConfigError, match="`epsilons` must be a non-empty list"):
+        study.make_config(epsilons="0.1")
+    with pytest.raises(study.ConfigError, match="`quick` must be True or False"):
+        study.make_config(quick="yes")
+
+
+def test_console_script_exit_code():
+    script = os.path.join(os.path.dirname(sys.executable), "gradkit")
+    if not os.path.exists(script):
+        pytest.skip("the gradkit console script is not installed in this environment")
+    proc = subprocess.run([script, "study", "--epsilons", "-1"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "`epsilons` must hold finite numbers >= 0" in proc.stderr

@@ -1,0 +1,117 @@
+"""plot_grad_norm / plot_robustness write real PNGs of the expected size and reject bad input."""
+
+import keras
+import matplotlib.image
+import numpy as np
+import pytest
+from conftest import set_weights_from
+
+import gradkit
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny model trained 2 epochs x 2 steps with GradientNormCallback(per_layer=True) and CSVLogger."""
+    folder = tmp_path_factory.mktemp("train")
+    model = keras.Sequential(
+        [keras.Input((3,)), keras.layers.Dense(4, name="a"), keras.layers.Dense(1, name="b")]
+    )
+    set_weights_from(model)
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    callback = gradkit.GradientNormCallback(per_layer=True)
+    csv_path = str(folder / "log.csv")
+    history = model.fit(
+        x,
+        x[:, :1],
+        batch_size=2,
+        epochs=2,
+        verbose=0,
+        callbacks=[callback, keras.callbacks.CSVLogger(csv_path)],
+    )
+    return history, callback, csv_path
+
+
+def assert_png(path):
+    with open(path, "rb") as f:
+        assert f.read(8) == PNG_MAGIC
+    image = matplotlib.image.imread(path)
+    assert image.shape[:2] == (400, 640)
+    assert image[..., :3].std() > 0.01  # something was drawn
+
+
+@pytest.mark.parametrize("kind", ["history", "dict", "csv", "callback", "models"])
+def test_plot_grad_norm_sources(trained, tmp_path, kind):
+    history, callback, csv_path = trained
+    source = {
+        "history": history,
+        "dict": history.history,
+        "csv": csv_path,
+        "callback": callback,
+        "models": {"small": history.history["grad_norm"], "other": [1.0, 0.5, np.nan, 0.1]},
+    }[kind]
+    path = tmp_path / "sub" / "norm.png"
+    assert gradkit.plot_grad_norm(source, path) == str(path)
+    assert_png(path)
+    assert [p.name for p in path.parent.iterdir()] == ["norm.png"]  # no temporary file left behind
+
+
+def test_callback_keeps_two_steps_per_epoch(trained):
+    _, callback, _ = trained
+    assert callback.epochs == [0, 1]
+    assert set(callback.steps) == {"grad_norm", "grad_norm/a", "grad_norm/b"}
+    assert [len(e) for e in callback.steps["grad_norm"]] == [2, 2]
+
+
+def test_plot_robustness(tmp_path):
+    results = [
+        {"model": m, "attack": a, "eps": e, "accuracy": acc}
+        for m, a, base in [("mlp", "fgsm", 0.9), ("mlp", "pgd", 0.9), ("boosted", "pgd", 0.95)]
+        for e, acc in [(0.1, base - 0.3), (0.0, base), (0.2, base - 0.6)]
+    ]
+    path = tmp_path / "robustness.png"
+    path.write_bytes(b"old")  # replaced
+    assert gradkit.plot_robustness(results, str(path), title="MNIST") == str(path)
+    assert_png(path)
+
+
+@pytest.mark.parametrize(
+    "source, path, error, match",
+    [
+        ({"loss": [1.0, 0.5]}, "a.png", ValueError, "without 'grad_norm'"),
+        ("missing.csv", "a.png", ValueError, "names no file"),
+        (42, "a.png", TypeError, "`source` must be"),
+        ({"m": []}, "a.png", ValueError, "non-empty 1-D"),
+        ({"m": ["x", "y"]}, "a.png", TypeError, "sequence of numbers"),
+        ({"m": [1.0]}, "a.jpg", ValueError, "must name a .png file"),
+        ({"m": [1.0]}, 3, TypeError, "`path` must be a str"),
+    ],
+)
+def test_plot_grad_norm_rejects_bad_input(tmp_path, source, path, error, match):
+    with pytest.raises(error, match=match):
+        gradkit.plot_grad_norm(source, path if not isinstance(path, str) else tmp_path / path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_empty_callback_is_rejected(tmp_path):
+    with pytest.raises(ValueError, match="recorded no steps"):
+        gradkit.plot_grad_norm(gradkit.GradientNormCallback(), tmp_path / "a.png")
+
+
+@pytest.mark.parametrize(
+    "results, error, match",
+    [
+        ([], TypeError, "non-empty list"),
+        ([{"model": "m", "attack": "a", "eps": 0.1}], ValueError, "keys"),
+        ([{"model": "m", "attack": "a", "eps": -0.1, "accuracy": 0.5}], ValueError, "eps >= 0"),
+        ([{"model": "m", "attack": "a", "eps": 0.1, "accuracy": 1.5}], ValueError, "accuracy <= 1"),
+        ([{"model": "m", "attack": "a", "eps": float("nan"), "accuracy": 0.5}], ValueError, "finite number"),
+        ([{"model": "m", "attack": "a", "eps": 0.1, "accuracy": 0.5}] * 2, ValueError, "repeats eps=0.1"),
+    ],
+)
+def test_plot_robustness_rejects_bad_input(tmp_path, results, error, match):
+    with pytest.raises(error, match=match):
+        gradkit.plot_robustness(results, tmp_path / "r.png")
+    assert not list(tmp_path.iterdir())
