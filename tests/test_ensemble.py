@@ -76,3 +76,18 @@ def test_bad_arguments(models, weights, error, match):
     models = [member(1), member(2)] if models is None else models
     with pytest.raises(error, match=match):
         gradkit.WeightedEnsemble(models, weights)
+
+
+def test_single_sigmoid_unit_members_vote_on_two_classes():
+    models = []
+    for sign in (1.0, -1.0):
+        m = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, activation="sigmoid")])
+        m.set_weights([np.array([[sign * 5.0]], np.float32), np.zeros(1, np.float32)])
+        m.compile(loss="binary_crossentropy")
+        models.append(m)
+    x = np.array([[-1.0], [1.0]], np.float32)
+    ens = gradkit.WeightedEnsemble(models, [0.8, 0.2])
+    np.testing.assert_array_equal(ens.predict(x), [0, 1])  # the heavier member decides
+    p = 1 / (1 + np.exp(-5.0 * x[:, 0]))
+    expected = 0.8 * np.stack([1 - p, p], 1) + 0.2 * np.stack([p, 1 - p], 1)
+    np.testing.assert_allclose(ens.predict_proba(x), expected, rtol=1e-5)

@@ -3,10 +3,11 @@
 import keras
 import numpy as np
 import pytest
-from conftest import set_weights_from
 
 import gradkit
 from gradkit.errors import DisconnectedGradientError
+
+from conftest import set_weights_from
 
 
 def n1_model():
@@ -44,7 +45,10 @@ def test_n1_regularization_is_part_of_the_norm():
     model = n1_model()
     x, y = np.zeros((4, 2), np.float32), np.zeros((4, 1), np.float32)
     result = gradkit.gradient_norm(model, x, y, per_layer=True)
-    assert result == {"grad_norm": pytest.approx(np.sqrt(5.0), rel=1e-6), "grad_norm/d": pytest.approx(np.sqrt(5.0), rel=1e-6)}
+    assert result == {
+        "grad_norm": pytest.approx(np.sqrt(5.0), rel=1e-6),
+        "grad_norm/d": pytest.approx(np.sqrt(5.0), rel=1e-6),
+    }
     assert gradkit.gradient_norm(model, x, y, include_regularization=False) == 0.0
 
 
@@ -59,7 +63,9 @@ def test_n2_sample_weights_follow_keras_convention():
 
 def test_returns_python_floats_and_matches_numpy_least_squares():
     rng = np.random.RandomState(0)
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, name="lin"), keras.layers.Dense(1, name="out")])
+    model = keras.Sequential(
+        [keras.Input((3,)), keras.layers.Dense(1, name="lin"), keras.layers.Dense(1, name="out")]
+    )
     set_weights_from(model, seed=1)
     model.compile(optimizer="sgd", loss="mse")
     x, y = rng.randn(6, 3).astype(np.float32), rng.randn(6, 1).astype(np.float32)
@@ -76,7 +82,9 @@ def test_returns_python_floats_and_matches_numpy_least_squares():
 
 
 def test_training_flag_controls_dropout():
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dropout(0.5), keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dropout(0.5), keras.layers.Dense(1)]
+    )
     set_weights_from(model)
     model.compile(optimizer="sgd", loss="mse")
     plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(1)])
@@ -101,7 +109,9 @@ def test_g3b_argmax_loss_raises_instead_of_zero():
     set_weights_from(model)
 
     def argmax_loss(y_true, y_pred):
-        return keras.ops.cast(keras.ops.argmax(y_pred, axis=-1), "float32") - keras.ops.cast(y_true[:, 0], "float32")
+        return keras.ops.cast(keras.ops.argmax(y_pred, axis=-1), "float32") - keras.ops.cast(
+            y_true[:, 0], "float32"
+        )
 
     x, y = np.ones((2, 2), np.float32), np.zeros((2, 1), np.float32)
     with pytest.raises(DisconnectedGradientError, match="argmax"):

@@ -4,9 +4,10 @@ import keras
 import matplotlib.image
 import numpy as np
 import pytest
-from conftest import set_weights_from
 
 import gradkit
+
+from conftest import set_weights_from
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -1,7 +1,9 @@
 """`gradkit study --quick` end to end on digits, resume after interruptions, changed configurations.
 
 One quick study runs per backend (module fixture); the resume tests work on copies of its directory
-and stub out training where it is not the point, so the file stays fast.
+and stub out training where it is not the point. The quick study itself takes 40 s (TensorFlow) to
+several minutes (JAX compiles every member's steps; PyTorch) on a busy 2-core machine, so every test
+here is marked slow (`make test` runs them, `make test-fast` skips them).
 """
 
 import csv
@@ -22,6 +24,8 @@ BACKEND = keras.backend.backend()
 FILES = {"config.json", "results.json", "results.csv", "robustness.png", "grad_norm.png", "single.keras",
          "adaboost_m1", "adv_boost"}  # fmt: skip
 MODEL_KEYS = {"clean_accuracy", "n_params", "train_seconds"}
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -136,7 +136,11 @@ def _make_steps(model, metric, layers):
         steps = getattr(optimizer, "gradient_accumulation_steps", None)
         if steps:
             context.update(steps=steps, acc=None, iteration=0)
-        if steps and optimizer.built and len(optimizer._accumulated_gradients) == len(model.trainable_variables):
+        if (
+            steps
+            and optimizer.built
+            and len(optimizer._accumulated_gradients) == len(model.trainable_variables)
+        ):
             if len(args) == 2:
                 ids = [id(v) for v in model.optimizer.variables]
                 values = args[0][2]
@@ -253,7 +257,9 @@ class GradientNormCallback(keras.callbacks.Callback):
             buffer = metric.steps.value
         rows = keras.ops.convert_to_numpy(buffer)[-new:].astype(np.float64)
         if new > len(rows):
-            warnings.warn(f"GradientNormCallback kept only the last {len(rows)} step values of {new}.")
+            warnings.warn(
+                f"GradientNormCallback kept only the last {len(rows)} of {new} step values.", stacklevel=2
+            )
         self._rows.extend(row[:-1] for row in rows if row[-1] > 0)
         self._steps_read = steps_done
 

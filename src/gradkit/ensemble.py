@@ -60,7 +60,11 @@ class WeightedEnsemble:
         out = np.asarray(model.predict(x, batch_size=batch_size, verbose=0), dtype=np.float64)
         out = validation.select_output(out, 0) if isinstance(out, (list, dict)) else out
         spec = losses_lib.resolve_loss(None, model) if getattr(model, "loss", None) else None
-        if spec is not None and spec.from_logits:
+        from_logits = spec is not None and spec.from_logits
+        if out.shape[-1] == 1:  # one sigmoid unit: P(class 1)
+            p = 1.0 / (1.0 + np.exp(-out)) if from_logits else out
+            return np.concatenate([1.0 - p, p], axis=-1)
+        if from_logits:
             out = np.exp(out - out.max(axis=-1, keepdims=True))
             out /= out.sum(axis=-1, keepdims=True)
         return out
@@ -83,8 +87,8 @@ class WeightedEnsemble:
         """Weighted hard votes: `(n, n_classes)` float64, sum_k alpha_k * onehot(argmax f_k(x))."""
         votes = None
         for model, w in zip(self.models, self.weights):
-            pred = self._member_proba(model, x, batch_size).argmax(axis=-1)
-            onehot = np.eye(self._n_classes(model))[pred] * w
+            proba = self._member_proba(model, x, batch_size)
+            onehot = np.eye(proba.shape[-1])[proba.argmax(axis=-1)] * w
             votes = onehot if votes is None else votes + onehot
         return votes
 
@@ -105,10 +109,6 @@ class WeightedEnsemble:
         if voting == "soft":
             return self.predict_proba(x, batch_size).argmax(axis=-1)
         raise ValueError(f'`voting` must be "hard" or "soft". Received: voting={voting!r}')
-
-    @staticmethod
-    def _n_classes(model):
-        return validation.n_outputs(model, 0)
 
     def __repr__(self):
         return f"WeightedEnsemble(k={len(self.models)}, weights={[round(w, 4) for w in self.weights]})"

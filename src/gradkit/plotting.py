@@ -16,6 +16,7 @@ import numpy as np
 SIZE = (6.4, 4.0)  # inches
 DPI = 100  # so images are 640 x 400 pixels
 _KEYS = ("model", "attack", "eps", "accuracy")
+_STYLES = ("o-", "s--", "^:", "d-.")
 
 
 def _check_title(title):
@@ -139,7 +140,7 @@ def plot_grad_norm(source, path, *, title=None):
     Non-positive, NaN and inf values cannot be drawn on a log axis and show as gaps.
 
     Raises:
-        TypeError: an unsupported `source`; non-numeric values; a bad `path` type.
+        TypeError: an unsupported `source`; non-numeric values; a bad `path` or `title` type.
         ValueError: `path` not ending in `.png`; a missing CSV file; a history without `grad_norm`;
             empty or non-1-D value lists.
     """
@@ -173,10 +174,14 @@ def _check_results(results):
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
                 raise ValueError(f"`results[{i}]['{name}']` must be a finite number. Received: {value!r}")
         if eps < 0 or not 0 <= acc <= 1:
-            raise ValueError(f"`results[{i}]` needs eps >= 0 and 0 <= accuracy <= 1. Received: eps={eps}, accuracy={acc}")
+            raise ValueError(
+                f"`results[{i}]` needs eps >= 0 and 0 <= accuracy <= 1. Received: eps={eps}, accuracy={acc}"
+            )
         points = groups.setdefault((str(row["model"]), str(row["attack"])), {})
         if float(eps) in points:
-            raise ValueError(f"`results[{i}]` repeats eps={eps} for model={row['model']!r}, attack={row['attack']!r}")
+            raise ValueError(
+                f"`results[{i}]` repeats eps={eps} for model={row['model']!r}, attack={row['attack']!r}"
+            )
         points[float(eps)] = float(acc)
     return groups
 
@@ -195,7 +200,7 @@ def plot_robustness(results, path, *, title=None):
         str, the path written (640 x 400 pixels).
 
     Raises:
-        TypeError: `results` is not a non-empty list; a bad `path` type.
+        TypeError: `results` is not a non-empty list; a bad `path` or `title` type.
         ValueError: a missing key, a non-finite or out-of-range eps/accuracy, a repeated
             (model, attack, eps), `path` not ending in `.png`.
     """
@@ -203,9 +208,13 @@ def plot_robustness(results, path, *, title=None):
     _check_title(title)
     groups = _check_results(results)
     fig, ax = _figure()
-    for (model, attack), points in groups.items():
+    models = list(dict.fromkeys(model for model, _ in groups))
+    attacks = list(dict.fromkeys(attack for _, attack in groups))
+    for (model, attack), points in groups.items():  # colour per model, line style per attack
         eps = sorted(points)
-        ax.plot(eps, [points[e] for e in eps], marker="o", label=f"{model} / {attack}")
+        style = _STYLES[attacks.index(attack) % len(_STYLES)]
+        color = f"C{models.index(model) % 10}"
+        ax.plot(eps, [points[e] for e in eps], style, color=color, label=f"{model} / {attack}")
     ax.set_xlabel("eps (perturbation budget)")
     ax.set_ylabel("accuracy")
     ax.set_ylim(-0.02, 1.02)
