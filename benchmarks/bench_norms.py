@@ -1,11 +1,12 @@
 """Cost of `grad_norm` in `fit`: GradientNormCallback vs plain fit vs a callback that recomputes the norm.
 
-An MLP of about 1M parameters (784-1024-192-10), STEPS steps of batch 128 per `fit` call; the three
-candidates are timed round-robin in one run (`common.alternating`), each on its own copy of the model
-with the same weights. Times are medians over REPEATS rounds. Section "grad_norm_fit" of results.json:
-plain_s, tracked_s (seconds per fit call), overhead_ratio = tracked / plain, naive_ratio = naive / plain.
+An MLP of about 1M parameters (784-1024-192-10), STEPS steps of batch 128 per `fit` call. Plain and
+tracked are timed in back-to-back pairs (`common.alternating`), then plain and naive; each
+candidate has its own copy of the model with the same weights. Section "grad_norm_fit" of
+results.json: plain_s, tracked_s (median seconds per fit call), overhead_ratio and naive_ratio (median
+over rounds of tracked / plain and naive / plain, each pair timed back to back).
 
-STEPS defaults to 50, not the 200 of the issue: on the shared 2-core machine one backend's run with 200
+STEPS defaults to 25, not the 200 of the issue: on the shared 2-core machine one backend's run with 200
 steps took several minutes. Set BENCH_NORMS_STEPS=200 (and BENCH_NORMS_REPEATS) on a quiet machine.
 
     KERAS_BACKEND=jax python benchmarks/bench_norms.py
@@ -23,9 +24,9 @@ import gradkit  # noqa: E402
 
 from common import alternating, merge  # noqa: E402
 
-STEPS = int(os.environ.get("BENCH_NORMS_STEPS", 50))
+STEPS = int(os.environ.get("BENCH_NORMS_STEPS", 25))
 BATCH = 128
-REPEATS = int(os.environ.get("BENCH_NORMS_REPEATS", 7))
+REPEATS = int(os.environ.get("BENCH_NORMS_REPEATS", 15))
 
 
 def build(weights=None):
@@ -76,19 +77,28 @@ def run():
             x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=callbacks[name]
         )
 
-    fns = {name: fit(name) for name in models}
-    for fn in fns.values():  # compile and warm up outside the timing
-        fn()
-    times = alternating(fns, repeats=REPEATS, number=1)
+    for name in models:  # compile and warm up outside the timing
+        fit(name)()
+
+    def rounds(other, n):
+        """Paired rounds: plain and `other` back to back (common.alternating), first one alternating."""
+        pairs = [("plain", other), (other, "plain")]
+        return [alternating({name: fit(name) for name in pairs[i % 2]}, 1) for i in range(n)]
+
+    # The ratio is the median of the rounds' ratios, robust to load that changes between rounds. Naive
+    # is timed in rounds of its own: the run that follows it is slowed by its leftovers.
+    tracked = rounds("tracked", REPEATS)
+    naive = rounds("naive", REPEATS // 2 + 1)
     print(f"{keras.backend.backend()}: MLP with {n_params} parameters, {STEPS} steps x batch {BATCH}")
     return {
         "grad_norm_fit": {
-            "plain_s": times["plain"],
-            "tracked_s": times["tracked"],
-            "overhead_ratio": times["tracked"] / times["plain"],
-            "naive_ratio": times["naive"] / times["plain"],
+            "plain_s": float(np.median([r["plain"] for r in tracked])),
+            "tracked_s": float(np.median([r["tracked"] for r in tracked])),
+            "overhead_ratio": float(np.median([r["tracked"] / r["plain"] for r in tracked])),
+            "naive_ratio": float(np.median([r["naive"] / r["plain"] for r in naive])),
             "steps": STEPS,
             "batch_size": BATCH,
+            "rounds": REPEATS,
             "params": n_params,
         }
     }

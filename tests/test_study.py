@@ -238,6 +238,6 @@ def test_changed_config_backend_or_data_is_refused(quick_dir, tmp_path, capsys):
     _write(out, meta, "config.json")
     config = {k: v for k, v in study.make_config(quick=True).items() if k != "out"}
     with pytest.raises(study.ConfigError, match="other data"):
-        study.open_out(str(out), config, BACKEND, "0" * 64)
+        study._open_out(str(out), config, BACKEND, "0" * 64)
     assert (out / "results.json").read_bytes() == snapshot["results.json"]
     assert (out / "results.csv").read_bytes() == snapshot["results.csv"]

@@ -14,7 +14,8 @@ like any metric: progress bar, `History.history`, `CSVLogger` columns, TensorBoa
   `loss`: the running mean during an epoch, the epoch mean in `History`. `train_on_batch` resets the
   metrics by default, so there it is the norm of that batch.
 - With `gradient_accumulation_steps=k`, a value exists only for steps that update the weights: the norm
-  of the update's gradient (the mean of the k accumulated gradients); the other steps are not counted.
+  of the update's gradient (the mean of the k accumulated gradients); the other steps are not counted
+  (before the first counted step the logged value is 0).
 - NaN and inf are reported as such (one bad step makes the epoch mean NaN/inf). Under dynamic loss
   scaling, steps that the LossScaleOptimizer skips for overflow therefore show inf or NaN.
 - Evaluation (`validation_data`, `evaluate`) reports no `grad_norm`.
@@ -27,8 +28,6 @@ References:
     https://arxiv.org/abs/1211.5063.
 """
 
-import warnings
-
 import keras
 import numpy as np
 
@@ -38,29 +37,20 @@ _ATTR = "_gradkit_grad_norm"
 
 
 class GradientNormMetric(keras.metrics.Metric):
-    """Running mean of per-step gradient norms, plus a buffer of the latest step values.
+    """Running mean of per-step gradient norms: `update_state([norm_1, ..., norm_k, weight])`.
 
-    `update_state(values)` takes `[norm_1, ..., norm_k, weight]`: weight 1 for a step that counts, and
-    all zeros for one that does not (a step that only accumulates gradients). `sums` holds the running
-    sums of the norms and of the weights, so a step costs one addition; `result()` is their ratio.
-    `steps` is a shift register of the last `buffer_size` rows (newest last), read by
-    `GradientNormCallback`; `reset_state` clears `sums` only, so the rows survive evaluation's reset.
+    `weight` is 1 for a step that counts; a step that does not (one that only accumulates gradients)
+    passes all zeros. `sums` holds the running sums of the norms and of the weights, so a step costs
+    one addition; `result()` is their ratio (0 before any counted step).
     """
 
-    def __init__(self, names, buffer_size=256, name=norms.PREFIX):
+    def __init__(self, names, name=norms.PREFIX):
         super().__init__(name=name, dtype="float32")
-        self.names, self.buffer_size = list(names), int(buffer_size)
-        k = len(self.names) + 1
-        self.sums = self.add_variable(shape=(k,), initializer="zeros", name="sums")
-        self.steps = self.add_variable(shape=(self.buffer_size, k), initializer="zeros", name="steps")
+        self.names = list(names)
+        self.sums = self.add_variable(shape=(len(self.names) + 1,), initializer="zeros", name="sums")
 
     def update_state(self, values):
-        values = keras.ops.cast(values, "float32")
-        self.sums.assign(self.sums.value + values)
-        self.steps.assign(keras.ops.concatenate([self.steps.value[1:], values[None]]))
-
-    def reset_state(self):
-        self.sums.assign(keras.ops.zeros_like(self.sums.value))
+        self.sums.assign(self.sums.value + keras.ops.cast(values, "float32"))
 
     def result(self):
         sums = self.sums.value
@@ -71,7 +61,7 @@ class GradientNormMetric(keras.metrics.Metric):
         return list(self.names)
 
     def get_config(self):
-        return {"names": self.names, "buffer_size": self.buffer_size, "name": self.name}
+        return {"names": self.names, "name": self.name}
 
 
 def _inner_optimizer(optimizer):
@@ -212,9 +202,14 @@ class GradientNormCallback(keras.callbacks.Callback):
 
     On `set_model` (before `fit` builds its training function) it calls `track_gradient_norm`, so
     `grad_norm` (epoch mean of the step values, see the module docstring) reaches the progress bar,
-    `History`, `CSVLogger` and TensorBoard. It also keeps each step's exact float32 value, read from
-    the metric after the step (no extra computation; with `steps_per_execution=k`, one value per k
-    steps, that of the last). One instance may serve several `fit` calls: values accumulate.
+    `History`, `CSVLogger` and TensorBoard. It also keeps the value of each step, recovered in float64
+    from the running means in the batch logs: step n's value is n * mean_n - (n - 1) * mean_(n-1).
+    The means are float32, so a value's error grows with its step index n within the epoch, to about
+    2e-7 * n * mean_n (1e-5 of the mean at step 50, 2e-4 at step 1000); after a NaN or inf step, the rest of the
+    epoch's step values are NaN (its epoch mean is NaN/inf anyway). With `steps_per_execution=k`, one
+    value per k steps: their mean. Nothing is read from the model during the epoch, so the callback is
+    `async_safe` and keeps Keras' asynchronous callback dispatch (JAX, torch) on.
+    One instance may serve several `fit` calls: values accumulate.
 
     Args:
         per_layer: also log `"grad_norm/<layer name>"` per top-level layer. Defaults to False.
@@ -233,52 +228,46 @@ class GradientNormCallback(keras.callbacks.Callback):
         >>> history.history["grad_norm"], cb.steps["grad_norm"][0][:3]               # doctest: +SKIP
     """
 
+    async_safe = True  # on_train_batch_end reads only its own logs
+
     def __init__(self, per_layer=False):
         super().__init__()
         self.per_layer = norms.check_bool(per_layer, "per_layer")
         self.epochs, self.steps = [], {}
-        self._rows = []
+        self._means, self._names = {}, []
 
     def set_model(self, model):
         super().set_model(model)
         track_gradient_norm(model, per_layer=self.per_layer)
 
-    def _collect(self, steps_done):
-        """Reads the rows of the steps run since the last read (the newest rows of the buffer)."""
-        new = steps_done - self._steps_read
-        if new <= 0:
-            return
-        model, metric = self.model, getattr(self.model, _ATTR)
-        state = getattr(model, "_jax_state", None)  # JAX keeps the live state outside the variables
-        if state and not getattr(model, "_jax_state_synced", True):
-            ids = [id(v) for v in model.metrics_variables]
-            buffer = state["metrics_variables"][ids.index(id(metric.steps))]
-        else:
-            buffer = metric.steps.value
-        rows = keras.ops.convert_to_numpy(buffer)[-new:].astype(np.float64)
-        if new > len(rows):
-            warnings.warn(
-                f"GradientNormCallback kept only the last {len(rows)} of {new} step values.", stacklevel=2
-            )
-        self._rows.extend(row[:-1] for row in rows if row[-1] > 0)
-        self._steps_read = steps_done
-
-    def on_train_begin(self, logs=None):
-        self._per_call = int(getattr(self.model, "steps_per_execution", 1) or 1)
-        self._size = getattr(self.model, _ATTR).buffer_size
-
     def on_epoch_begin(self, epoch, logs=None):
-        self._rows, self._steps_read, self._steps_done = [], 0, 0
+        self._means, self._names = {}, getattr(self.model, _ATTR).names
+        optimizer = _inner_optimizer(self.model.optimizer)
+        self._accumulate = int(getattr(optimizer, "gradient_accumulation_steps", None) or 0)
+        if self._accumulate:  # optimizer steps before this epoch, to know which steps apply an update
+            self._start = int(keras.ops.convert_to_numpy(optimizer._iterations.value))
 
     def on_train_batch_end(self, batch, logs=None):
-        self._steps_done = batch + 1  # `batch` is the index of the last step run
-        if self._steps_done - self._steps_read + self._per_call > self._size:
-            self._collect(self._steps_done)  # before the next call could push rows out
+        # May run in a worker thread, after later steps: keep only this step's logs, keyed by step, and
+        # do not touch `self.model` (on JAX that syncs the model state, racing the training loop).
+        logs = logs or {}
+        self._means[batch] = [logs.get(name, np.nan) for name in self._names]
+
+    def _counted(self, steps):
+        if not self._accumulate:
+            return steps
+        return (self._start + steps) // self._accumulate - self._start // self._accumulate
 
     def on_epoch_end(self, epoch, logs=None):
-        self._collect(self._steps_done)
+        rows, done, previous = [], 0, None
+        for batch in sorted(self._means):
+            counted = self._counted(batch + 1)  # `batch` is the index of the last step run
+            mean = np.asarray(self._means[batch], np.float64)
+            if counted > done:
+                total = mean * counted - (0.0 if previous is None else previous * done)
+                rows.append(total / (counted - done))
+                done, previous = counted, mean
         self.epochs.append(int(epoch))
-        for i, name in enumerate(getattr(self.model, _ATTR).names):
+        for i, name in enumerate(self._names):
             history = self.steps.setdefault(name, [[] for _ in self.epochs[:-1]])
-            history.append([float(row[i]) for row in self._rows])
-        self._rows = []
+            history.append([float(row[i]) for row in rows])

@@ -81,6 +81,10 @@ def check_name(name):
 def load_digits(*, test_size=0.25, seed=0):
     """scikit-learn's digits (8x8 images, 10 classes) scaled by 1/16 to [0, 1], split stratified.
 
+    Args:
+        test_size: fraction held out for testing, in (0, 1). Defaults to 0.25.
+        seed: int >= 0, `random_state` of `sklearn.model_selection.train_test_split`. Defaults to 0.
+
     Returns:
         A `Dataset` with images `(n, 8, 8, 1)`; with the defaults 1,347 train and 450 test samples.
     """
@@ -200,7 +204,13 @@ def _check_y(y, n, name):
 def subsample(data, n_train, n_test, *, seed=0):
     """A stratified subset of at most `n_train` training and `n_test` test samples (for `--quick`).
 
-    Returns `data` itself when it is already small enough.
+    Args:
+        data: a `Dataset`.
+        n_train, n_test: ints >= 1, the most samples to keep of each split.
+        seed: int >= 0, `random_state` of the stratified draw. Defaults to 0.
+
+    Returns:
+        A `Dataset` (the same arrays where a split is already small enough).
     """
     from sklearn.model_selection import train_test_split
 

@@ -3,7 +3,7 @@
 The study trains three models on one data set (`gradkit.datasets`), all with
 `gradkit.GradientNormCallback`:
 
-- `single`: one network trained for `epochs * n_estimators` epochs, as many as the ensembles' members
+- `single`: one network trained for `epochs * n_estimators` epochs, as many as AdaBoost.M1's members
   together;
 - `adaboost_m1`: `gradkit.AdaBoostM1` with `n_estimators` rounds of `epochs` epochs;
 - `adv_boost`: the same with `adversarial={"attack": "fgsm", "eps": adv_eps, "clip_values": (0, 1)}`:
@@ -52,9 +52,31 @@ import numpy as np
 from tqdm import tqdm
 
 from gradkit import datasets
+from gradkit.ensemble import as_ensemble
 
 MODELS = ("single", "adaboost_m1", "adv_boost")
+MODEL_FILES = {"single": "single.keras", "adaboost_m1": "adaboost_m1", "adv_boost": "adv_boost"}
 QUICK_SUBSET = (2000, 1000)  # at most this many train / test samples with quick=True
+DEFAULTS = {
+    "out": "runs/study",
+    "dataset": "digits",
+    "model": "cnn",
+    "epsilons": [0.0, 0.02, 0.05, 0.1, 0.2, 0.3],
+    "attacks": ["fgsm", "pgd"],
+    "n_estimators": 5,
+    "epochs": 4,
+    "seed": 0,
+    "batch_size": 32,
+    "pgd_steps": 10,
+    "adv_eps": 0.1,
+    "quick": False,
+}
+QUICK = {"epsilons": [0.0, 0.1, 0.3], "n_estimators": 2, "epochs": 3}
+_MINIMUM = {"n_estimators": 1, "epochs": 1, "seed": 0, "batch_size": 1, "pgd_steps": 1}
+
+
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
 def run_study(config, *, progress=True):
@@ -81,13 +103,13 @@ def run_study(config, *, progress=True):
     config = make_config(**config)
     out = config.pop("out")
     backend = keras.backend.backend()
-    check_out(out, config, backend)
+    _check_out(out, config, backend)
     data = datasets.load_dataset(config["dataset"], seed=config["seed"])
     if config["quick"]:
         data = datasets.subsample(data, *QUICK_SUBSET, seed=config["seed"])
     if config["model"] == "cnn" and data.x_train.ndim != 4:
         raise ConfigError(f'`model="cnn"` needs images; {data.name!r} holds flat features: use model="mlp".')
-    state = open_out(out, config, backend, _fingerprint(data))
+    state = _open_out(out, config, backend, _fingerprint(data))
     state.update(dataset=data.name, n_train=len(data.x_train), n_test=len(data.x_test))
     trained = {name: _trained(name, config, data, state, out, progress) for name in MODELS}
     _attack_all(trained, config, data, state, out, progress)
@@ -105,9 +127,9 @@ def _fingerprint(data):
 
 def _trained(name, config, data, state, out, progress):
     """The model `name`: loaded from `out` when a finished run saved it, else trained and saved."""
-    path = os.path.join(out, model_file(name))
+    path = os.path.join(out, MODEL_FILES[name])
     if name in state["models"]:
-        model = load_model(name, path)
+        model = _load_model(name, path)
         if model is not None:
             return model
         state["models"].pop(name)
@@ -115,8 +137,8 @@ def _trained(name, config, data, state, out, progress):
     tic = time.perf_counter()
     model, curve = (_train_single if name == "single" else _train_boosted)(name, config, data, progress)
     seconds = time.perf_counter() - tic
-    save_model(model, path)
-    ensemble = as_target(model)
+    _save_model(model, path)
+    ensemble = as_ensemble(model)
     clean = float(np.mean(ensemble.predict(data.x_test) == data.y_test))
     record = {
         "clean_accuracy": clean,
@@ -126,7 +148,7 @@ def _trained(name, config, data, state, out, progress):
     if name != "single":
         record["estimator_weights"] = [float(w) for w in model.estimator_weights_]
     state["models"][name], state["grad_norm"][name] = record, curve
-    write_json(state, os.path.join(out, "results.json"))
+    _write_json(state, os.path.join(out, "results.json"))
     return model
 
 
@@ -230,7 +252,7 @@ def _attack_all(trained, config, data, state, out, progress):
         for attack in config["attacks"]
     }
     todo = {key: epsilons for key, epsilons in todo.items() if epsilons}
-    targets = {name: as_target(model) for name, model in trained.items()}  # one gradient cache each
+    targets = {name: as_ensemble(model) for name, model in trained.items()}  # one gradient cache each
     batch_size = min(len(data.x_test), 1024)
     with tqdm(total=sum(map(len, todo.values())), desc="attacks", unit="eps", disable=not progress) as bar:
         for (name, attack), epsilons in todo.items():
@@ -243,23 +265,26 @@ def _attack_all(trained, config, data, state, out, progress):
                 {"model": name, "attack": attack, "eps": e, "accuracy": a}
                 for e, a in zip(epsilons, curve["accuracy"])
             ]
-            write_json(state, os.path.join(out, "results.json"))
+            _write_json(state, os.path.join(out, "results.json"))
             bar.update(len(epsilons))
-    order = {key: i for i, key in enumerate(MODELS + tuple(config["attacks"]))}
-    state["results"].sort(key=lambda r: (order[r["model"]], order[r["attack"]], r["eps"]))
 
 
 def _write_outputs(state, out):
+    """results.json (rows and models in a fixed order, whatever was resumed), results.csv, the plots."""
     import gradkit
 
-    write_json(state, os.path.join(out, "results.json"))
+    order = {key: i for i, key in enumerate(MODELS + tuple(state["config"]["attacks"]))}
+    state["results"].sort(key=lambda r: (order[r["model"]], order[r["attack"]], r["eps"]))
+    for key in ("models", "grad_norm"):
+        state[key] = {name: state[key][name] for name in MODELS}
+    _write_json(state, os.path.join(out, "results.json"))
 
     def write_csv(f):
         writer = csv.DictWriter(f, fieldnames=["model", "attack", "eps", "accuracy"], lineterminator="\n")
         writer.writeheader()
         writer.writerows(state["results"])
 
-    atomic_file(os.path.join(out, "results.csv"), write_csv)
+    _write_text(os.path.join(out, "results.csv"), write_csv)
     title = f"{state['dataset']}, Keras backend {state['backend']}"
     gradkit.plot_robustness(
         state["results"], os.path.join(out, "robustness.png"), title=f"Robustness - {title}"
@@ -284,7 +309,7 @@ def format_table(state):
     lines = [
         f"gradkit study - Keras backend: {state['backend']} - data: {state['dataset']} "
         f"({state['n_train']} train / {state['n_test']} test, model {config['model']})",
-        "clean accuracy: " + ", ".join(f"{n} {m['clean_accuracy']:.3f}" for n, m in state["models"].items()),
+        "clean accuracy: " + ", ".join(f"{n} {state['models'][n]['clean_accuracy']:.3f}" for n in MODELS),
     ]
     rows = {(r["model"], r["attack"], r["eps"]): r["accuracy"] for r in state["results"]}
     for attack in config["attacks"]:
@@ -301,27 +326,6 @@ def format_table(state):
 
 
 # Configuration and files ------------------------------------------------------------------------
-
-DEFAULTS = {
-    "out": "runs/study",
-    "dataset": "digits",
-    "model": "cnn",
-    "epsilons": [0.0, 0.02, 0.05, 0.1, 0.2, 0.3],
-    "attacks": ["fgsm", "pgd"],
-    "n_estimators": 5,
-    "epochs": 4,
-    "seed": 0,
-    "batch_size": 32,
-    "pgd_steps": 10,
-    "adv_eps": 0.1,
-    "quick": False,
-}
-QUICK = {"epsilons": [0.0, 0.1, 0.3], "n_estimators": 2, "epochs": 3}
-_MINIMUM = {"n_estimators": 1, "epochs": 1, "seed": 0, "batch_size": 1, "pgd_steps": 1}
-
-
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
 
 
 class ConfigError(ValueError):
@@ -387,7 +391,7 @@ def _numbers(values, name):
     return sorted({float(v) for v in values})
 
 
-def check_out(out, config, backend):
+def _check_out(out, config, backend):
     """Raises ConfigError unless `out` can hold this study; reads only, writes nothing."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise ConfigError(f"`out` must be a directory. Received: out={out!r}, which is a file")
@@ -420,14 +424,14 @@ def check_out(out, config, backend):
         )
 
 
-def open_out(out, config, backend, fingerprint):
+def _open_out(out, config, backend, fingerprint):
     """Creates `out`, writes config.json on first use, and returns the saved state (or a fresh one)."""
     path = os.path.join(out, "config.json")
     try:
         os.makedirs(out, exist_ok=True)
         meta = _read_json(path)
         if meta is None:
-            write_json({"config": config, "backend": backend, "data_sha256": fingerprint}, path)
+            _write_json({"config": config, "backend": backend, "data_sha256": fingerprint}, path)
     except OSError as err:
         raise ConfigError(f"`out` must be a writable directory. Received: out={out!r} ({err})") from err
     if meta is not None and meta.get("data_sha256") != fingerprint:
@@ -470,17 +474,7 @@ def _atomic(path, write):
         raise
 
 
-def write_json(obj, path):
-    """Writes `obj` as indented JSON to `path`, atomically."""
-
-    def write(tmp):
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2)
-
-    _atomic(path, write)
-
-
-def atomic_file(path, write):
+def _write_text(path, write):
     """Writes a text file atomically: `write(f)` gets the open temporary file."""
 
     def write_text(tmp):
@@ -490,11 +484,11 @@ def atomic_file(path, write):
     _atomic(path, write_text)
 
 
-def model_file(name):
-    return "single.keras" if name == "single" else name
+def _write_json(obj, path):
+    _write_text(path, lambda f: json.dump(obj, f, indent=2))
 
 
-def save_model(model, path):
+def _save_model(model, path):
     """`single.keras` atomically; ensembles through their `save()` (atomic per file)."""
     if isinstance(model, keras.Model):
         _atomic(path, model.save)
@@ -502,7 +496,7 @@ def save_model(model, path):
         model.save(path)
 
 
-def load_model(name, path):
+def _load_model(name, path):
     """The saved model, or None (with a warning) when it is missing or cannot be loaded."""
     from gradkit.persistence import load
 
@@ -514,9 +508,3 @@ def load_model(name, path):
             stacklevel=2,
         )
         return None
-
-
-def as_target(model):
-    from gradkit.ensemble import as_ensemble
-
-    return as_ensemble(model)
