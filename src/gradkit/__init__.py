@@ -20,6 +20,7 @@ _EXPORTS = {
     "gradient_norm": "gradkit.norms",
     "GradientNormCallback": "gradkit.callbacks",
     "track_gradient_norm": "gradkit.callbacks",
+    "untrack_gradient_norm": "gradkit.callbacks",
     "plot_grad_norm": "gradkit.plotting",
     "plot_robustness": "gradkit.plotting",
     # attacks

@@ -96,6 +96,29 @@ def untrack_gradient_norm(model):
     return model
 
 
+def _accumulation_state(model, args):
+    """Before a step, what the norm of an accumulated update needs: {steps, acc, iteration}, or {}."""
+    optimizer = _inner_optimizer(model.optimizer)
+    steps = getattr(optimizer, "gradient_accumulation_steps", None)
+    if not steps:
+        return {}
+    state = {"steps": steps, "acc": None, "iteration": 0}  # unbuilt optimizer: nothing accumulated yet
+    accumulators = getattr(optimizer, "_accumulated_gradients", None) if optimizer.built else None
+    if accumulators and len(accumulators) == len(model.trainable_variables):
+        if len(args) == 2:  # JAX: train_step(state, data), state[2] = the optimizer's variable values
+            ids = [id(v) for v in model.optimizer.variables]
+
+            def read(v):
+                return args[0][2][ids.index(id(v))]
+        else:  # TF, torch: train_step(data); copy the values before the step changes them
+
+            def read(v):
+                return keras.ops.copy(v.value)
+
+        state.update(acc=[read(a) for a in accumulators], iteration=read(optimizer._iterations))
+    return state
+
+
 def _make_steps(model, metric, layers):
     """The wrapped train/test steps; the train step first reads the state an accumulated update needs."""
     context, cache = {}, {}
@@ -120,30 +143,8 @@ def _make_steps(model, metric, layers):
     wrapped_train, test_step = backend.wrap_train_step(model, metric, norms_fn)
 
     def train_step(*args):
-        # TF and torch call train_step(data); JAX calls train_step(state, data), state[2] = optimizer values.
         context.clear()
-        optimizer = _inner_optimizer(model.optimizer)
-        steps = getattr(optimizer, "gradient_accumulation_steps", None)
-        if steps:
-            context.update(steps=steps, acc=None, iteration=0)
-        if (
-            steps
-            and optimizer.built
-            and len(optimizer._accumulated_gradients) == len(model.trainable_variables)
-        ):
-            if len(args) == 2:
-                ids = [id(v) for v in model.optimizer.variables]
-                values = args[0][2]
-
-                def read(v):
-                    return values[ids.index(id(v))]
-            else:
-
-                def read(v):
-                    return keras.ops.copy(v.value)
-
-            context["acc"] = [read(a) for a in optimizer._accumulated_gradients]
-            context["iteration"] = read(optimizer._iterations)
+        context.update(_accumulation_state(model, args))
         return wrapped_train(*args)
 
     train_step._gradkit = metric
@@ -205,10 +206,10 @@ class GradientNormCallback(keras.callbacks.Callback):
     `History`, `CSVLogger` and TensorBoard. It also keeps the value of each step, recovered in float64
     from the running means in the batch logs: step n's value is n * mean_n - (n - 1) * mean_(n-1).
     The means are float32, so a value's error grows with its step index n within the epoch, to about
-    2e-7 * n * mean_n (1e-5 of the mean at step 50, 2e-4 at step 1000); after a NaN or inf step, the rest of the
-    epoch's step values are NaN (its epoch mean is NaN/inf anyway). With `steps_per_execution=k`, one
-    value per k steps: their mean. Nothing is read from the model during the epoch, so the callback is
-    `async_safe` and keeps Keras' asynchronous callback dispatch (JAX, torch) on.
+    2e-7 * n * mean_n (1e-5 of the mean at step 50, 2e-4 at step 1000); after a NaN or inf step, the
+    rest of the epoch's step values are NaN (its epoch mean is NaN/inf anyway). With
+    `steps_per_execution=k`, one value per k steps: their mean. Nothing is read from the model during
+    the epoch, so the callback is `async_safe` and keeps Keras' asynchronous callback dispatch on.
     One instance may serve several `fit` calls: values accumulate.
 
     Args:

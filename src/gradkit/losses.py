@@ -127,7 +127,7 @@ def check_labels(y, n, n_classes, spec, name="y"):
             f"Received: {name}.shape={arr.shape}"
         )
     ids = flat[:, 0].astype(np.int64)
-    if ids.min() < 0 or ids.max() >= n_classes:
+    if ids.min() < 0 or (n_classes and ids.max() >= n_classes):  # n_classes 0: unknown (subclassed)
         raise ValueError(
             f"`{name}` holds class ids outside [0, {n_classes - 1}]. "
             f"Received: min={ids.min()}, max={ids.max()}"

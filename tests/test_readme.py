@@ -1,0 +1,24 @@
+"""The README's Python examples run as written (in the TensorFlow session; they are backend-neutral)."""
+
+import os
+import re
+
+import pytest
+from conftest import BACKEND
+
+README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="runs once, in the TensorFlow session")
+def test_readme_python_examples_run(tmp_path, monkeypatch):
+    with open(README) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
+    assert len(blocks) >= 6
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    for block in blocks:
+        exec(compile(block, README, "exec"), namespace)  # noqa: S102 - our own documentation
+    assert namespace["grad"].trace_count == 1
+    assert namespace["x_adv"].shape == namespace["x"].shape
+    assert (tmp_path / "grad_norm.png").stat().st_size > 1000
