@@ -1,8 +1,8 @@
 """TensorFlow backend: one `tf.function` per loss, differentiated with `tf.GradientTape`."""
 
-import keras
 import tensorflow as tf
 
+from gradkit.backend.single_device import batch_multiple, distribute_batch  # noqa: F401
 from gradkit.errors import DisconnectedGradientError
 
 EAGER = False
@@ -47,27 +47,6 @@ def compile_grad(fn, wrt, per_output=False):
 
     call.trace_count = 0
     return call
-
-
-def batch_multiple():
-    """Rows per batch must be a multiple of this (1: no data parallelism on this backend)."""
-    _refuse_distribution()
-    return 1
-
-
-def distribute_batch(structure):
-    _refuse_distribution()
-    return structure
-
-
-def _refuse_distribution():
-    if keras.distribution.distribution() is not None:
-        raise NotImplementedError(
-            "gradkit runs data-parallel only on the JAX backend: Keras' distribution API "
-            f"(keras.distribution) is not supported on {keras.backend.backend()} (TensorFlow's is a "
-            "prototype, PyTorch has none), and gradkit will not silently run on one device. Use "
-            "KERAS_BACKEND=jax, or call keras.distribution.set_distribution(None)."
-        )
 
 
 def _loss_scale(optimizer):
