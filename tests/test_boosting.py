@@ -326,3 +326,24 @@ def test_adversarial_rounds_train_on_clean_plus_attacked_copies():
     np.testing.assert_array_equal(seen[1][0][60:], attacks.fgsm(first, x, y, eps=0.1))
     ensemble_so_far = gradkit.WeightedEnsemble(est.estimators_[:1], est.estimator_weights_[:1])
     np.testing.assert_array_equal(seen[2][0][60:], attacks.fgsm(ensemble_so_far, x, y, eps=0.1))
+
+
+def test_attacks_on_a_booster_share_one_compiled_gradient():
+    rng = np.random.RandomState(0)
+    x = rng.rand(40, 2).astype("float32")
+    y = (x[:, 0] > x[:, 1]).astype(int)
+
+    def build():
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2, activation="softmax")])
+        model.compile(keras.optimizers.Adam(0.1), "sparse_categorical_crossentropy", run_eagerly=True)
+        return model
+
+    booster = gradkit.AdaBoostM1(build, n_estimators=2, fit_kwargs={"epochs": 10}, random_state=0, verbose=0)
+    booster.fit(x, y)
+    assert booster.as_ensemble() is booster.as_ensemble()
+    curve = gradkit.robustness_curve(
+        booster, x, y, attack="fgsm", epsilons=[0.0, 0.05, 0.1], clip_values=(0, 1)
+    )
+    assert len(curve["accuracy"]) == 3
+    fn = next(iter(vars(booster.as_ensemble())["_gradkit_cache"].values()))
+    assert fn.trace_count == 1

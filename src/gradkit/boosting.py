@@ -423,7 +423,13 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
                 "as_ensemble() needs Keras learners; this fit holds "
                 f"{type(self.estimators_[0]).__name__} learners."
             )
-        return WeightedEnsemble(self.estimators_, self.estimator_weights_)
+        # One ensemble object per fitted state, so attacks reuse its compiled gradient (cached on it).
+        key = (tuple(id(m) for m in self.estimators_), tuple(float(w) for w in self.estimator_weights_))
+        cached = vars(self).get("_gradkit_ensemble")
+        if cached is None or cached[0] != key:
+            cached = (key, WeightedEnsemble(self.estimators_, self.estimator_weights_))
+            vars(self)["_gradkit_ensemble"] = cached
+        return cached[1]
 
     def save(self, path):
         """Saves the fit as a directory (see `gradkit.persistence.save`); reload with `gradkit.load`."""
