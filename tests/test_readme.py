@@ -4,6 +4,7 @@ import os
 import re
 
 import pytest
+
 from conftest import BACKEND
 
 README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
