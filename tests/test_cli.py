@@ -133,3 +133,16 @@ def test_console_script_exit_code():
     proc = subprocess.run([script, "study", "--epsilons", "-1"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "`epsilons` must hold finite numbers >= 0" in proc.stderr
+
+
+def test_devices_needs_jax_and_existing_devices(capsys, tmp_path):
+    out = tmp_path / "run"
+    code, err = _main(capsys, "--quick", "--devices", "64", "--out", str(out))
+    assert code == 2
+    if keras.backend.backend() == "jax":
+        assert "more devices than exist" in err
+    else:
+        assert "needs the JAX backend" in err
+    assert not out.exists()
+    code, err = _main(capsys, "--quick", "--devices", "0", "--out", str(out))
+    assert code == 2 and ">= 1" in err

@@ -25,10 +25,18 @@ model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 rng = np.random.RandomState(0)
 x, y = rng.rand(13, 4).astype("float32"), rng.randint(0, 3, 13)
 single = gradkit.InputGradient(model, batch_size=5)(x, y)
+attack = dict(eps=0.1, eps_step=0.03, steps=3, clip_values=(0, 1), seed=0)
+pgd_single = gradkit.pgd(model, x, y, **attack)
+curve_single = gradkit.robustness_curve(model, x, y, attack="pgd", epsilons=[0, 0.1, 0.3], steps=3,
+                                        clip_values=(0, 1), seed=0)
 keras.distribution.set_distribution(keras.distribution.DataParallel(devices=keras.distribution.list_devices()))
 fn = gradkit.InputGradient(model, batch_size=5)
 sharded = fn(x, y)
 assert np.abs(sharded - single).max() <= 1e-5, np.abs(sharded - single).max()
+assert np.abs(gradkit.pgd(model, x, y, **attack) - pgd_single).max() <= 1e-5
+curve = gradkit.robustness_curve(model, x, y, attack="pgd", epsilons=[0, 0.1, 0.3], steps=3,
+                                 clip_values=(0, 1), seed=0)
+assert curve["accuracy"] == curve_single["accuracy"], (curve, curve_single)
 xb = gradkit.backend.distribute_batch(keras.ops.convert_to_tensor(x[:6]))
 assert len(xb.sharding.device_set) == 2, xb.sharding
 print("OK", fn.trace_count)

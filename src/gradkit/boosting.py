@@ -51,6 +51,7 @@ from tqdm import tqdm
 from gradkit import losses as losses_lib
 from gradkit import persistence
 from gradkit.ensemble import WeightedEnsemble
+from gradkit.ensemble import predict as ensemble_predict
 
 _ATTACKS = ("fgsm", "pgd")
 _PREDICT_BATCH = 256
@@ -113,7 +114,7 @@ def _predict_ids(learner, x):
     """Class ids (n,) int64 predicted by one learner (1 sigmoid unit: 0/1 at p = 0.5 or logit 0)."""
     if not _is_keras(learner):
         return np.asarray(learner.predict(x)).reshape(-1).astype(np.int64)
-    out = np.asarray(learner.predict(x, batch_size=_PREDICT_BATCH, verbose=0))
+    out = np.asarray(ensemble_predict(learner, x, _PREDICT_BATCH))
     out = out.reshape(out.shape[0], -1)
     if out.shape[1] == 1:
         threshold = 0.0 if losses_lib.resolve_loss(None, learner).from_logits else 0.5

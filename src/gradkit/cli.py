@@ -92,8 +92,35 @@ def build_parser():
         f"{','.join(f'{e:g}' for e in QUICK['epsilons'])}, at most {QUICK_SUBSET[0]}/{QUICK_SUBSET[1]} "
         "train/test samples (explicit options still win)",
     )
+    add(
+        "--devices",
+        type=int,
+        help="data-parallel over this many devices with keras.distribution.DataParallel (JAX only; "
+        "see docs/scaling.md). Default: Keras' default placement",
+    )
     add("--no-progress", action="store_true", help="no progress bars")
     return parser
+
+
+def use_devices(n):
+    """Turns on `keras.distribution.DataParallel` over the first `n` devices (JAX backend only).
+
+    Raises:
+        ValueError: n < 1, more devices than exist, or a backend without keras.distribution support.
+    """
+    import keras
+
+    if n < 1:
+        raise ValueError(f"--devices must be >= 1. Received: {n}")
+    if keras.backend.backend() != "jax":
+        raise ValueError(
+            "--devices needs the JAX backend: gradkit shards work with keras.distribution, which "
+            f"Keras supports on JAX only. Received: KERAS_BACKEND={keras.backend.backend()}"
+        )
+    devices = keras.distribution.list_devices()
+    if n > len(devices):
+        raise ValueError(f"--devices {n} asks for more devices than exist ({len(devices)}: {devices}).")
+    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices[:n]))
 
 
 def main(argv=None):
@@ -114,7 +141,13 @@ def main(argv=None):
         return 2
     except SystemExit as exit_:  # --help
         return int(exit_.code or 0)
-    options = {k: v for k, v in vars(args).items() if k not in ("command", "no_progress")}
+    options = {k: v for k, v in vars(args).items() if k not in ("command", "no_progress", "devices")}
+    if args.devices is not None:
+        try:
+            use_devices(args.devices)
+        except ValueError as err:
+            print(f"gradkit study: error: {err}", file=sys.stderr)
+            return 2
     try:
         result = study.run_study(options, progress=not args.no_progress)
     except (study.ConfigError, datasets.DatasetError) as err:

@@ -2,9 +2,29 @@
 
 import keras
 import numpy as np
+from keras import tree
 
+from gradkit import backend, validation
 from gradkit import losses as losses_lib
-from gradkit import validation
+
+
+def predict(model, x, batch_size=256):
+    """`model.predict(x)` that also works data-parallel: under an active `keras.distribution` the rows
+    and the batch size are padded to a multiple of the device count (Keras needs even shards), and
+    the padding is dropped from the result. Returns numpy output(s) of `n` rows."""
+    multiple = backend.batch_multiple()
+    if multiple == 1:
+        return model.predict(x, batch_size=batch_size, verbose=0)
+    n = len(tree.flatten(x)[0])
+    pad = -n % multiple
+
+    def padded(a):
+        a = np.asarray(a)
+        return np.concatenate([a, np.repeat(a[:1], pad, axis=0)]) if pad else a
+
+    batch = -(-batch_size // multiple) * multiple
+    out = model.predict(tree.map_structure(padded, x), batch_size=batch, verbose=0)
+    return tree.map_structure(lambda o: np.asarray(o)[:n], out)
 
 
 class WeightedEnsemble:
@@ -57,7 +77,7 @@ class WeightedEnsemble:
         return len(self.models)
 
     def _member_proba(self, model, x, batch_size):
-        out = np.asarray(model.predict(x, batch_size=batch_size, verbose=0), dtype=np.float64)
+        out = np.asarray(predict(model, x, batch_size), dtype=np.float64)
         out = validation.select_output(out, 0) if isinstance(out, (list, dict)) else out
         spec = losses_lib.resolve_loss(None, model) if getattr(model, "loss", None) else None
         from_logits = spec is not None and spec.from_logits

@@ -38,6 +38,7 @@ References:
 
 import contextlib
 import csv
+import dataclasses
 import hashlib
 import json
 import math
@@ -51,6 +52,7 @@ import keras
 import numpy as np
 from tqdm import tqdm
 
+from gradkit import backend as gradkit_backend
 from gradkit import datasets
 from gradkit.ensemble import as_ensemble
 
@@ -77,6 +79,22 @@ _MINIMUM = {"n_estimators": 1, "epochs": 1, "seed": 0, "batch_size": 1, "pgd_ste
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
+
+
+def _fit_devices(data, batch_size):
+    """Under data parallelism (`gradkit study --devices N`, JAX), Keras needs every training batch to
+    split evenly over the N devices: the batch size must be a multiple of N, and the last
+    `n_train % N` training rows are dropped (a documented, deterministic trim). Test rows are padded
+    by gradkit itself. Without a distribution the data is returned unchanged."""
+    multiple = gradkit_backend.batch_multiple()
+    if multiple == 1:
+        return data
+    if batch_size % multiple:
+        raise ConfigError(
+            f"--batch-size must be a multiple of the {multiple} devices. Received: {batch_size}"
+        )
+    keep = len(data.x_train) - len(data.x_train) % multiple
+    return dataclasses.replace(data, x_train=data.x_train[:keep], y_train=data.y_train[:keep])
 
 
 def run_study(config, *, progress=True):
@@ -107,6 +125,7 @@ def run_study(config, *, progress=True):
     data = datasets.load_dataset(config["dataset"], seed=config["seed"])
     if config["quick"]:
         data = datasets.subsample(data, *QUICK_SUBSET, seed=config["seed"])
+    data = _fit_devices(data, config["batch_size"])
     if config["model"] == "cnn" and data.x_train.ndim != 4:
         raise ConfigError(f'`model="cnn"` needs images; {data.name!r} holds flat features: use model="mlp".')
     state = _open_out(out, config, backend, _fingerprint(data))

@@ -18,6 +18,7 @@ import keras
 import numpy as np
 from keras import tree
 
+from gradkit import ensemble as ensemble_lib
 from gradkit import validation
 from gradkit.ensemble import WeightedEnsemble, as_ensemble
 from gradkit.gradients import InputGradient
@@ -141,7 +142,7 @@ def predict_labels(grad, x, batch_size=None):
     combined over ensemble members by weighted hard vote, as `WeightedEnsemble.predict` does."""
     votes = 0.0
     for model, spec, weight in zip(grad.ensemble.models, grad.specs, grad.ensemble.weights):
-        out = model.predict(x, batch_size=batch_size or 256, verbose=0)
+        out = ensemble_lib.predict(model, x, batch_size or 256)
         out = np.asarray(validation.select_output(out, grad.output_index), dtype=np.float64)
         out = out.reshape(len(out), -1)
         if out.shape[1] == 1:
