@@ -76,6 +76,8 @@ def test_npz_flat_features_are_kept(tmp_path):
         ({"y_train": np.arange(20) % 3 + 0.5}, "integer class ids >= 0"),
         ({"y_test": np.full((6, 3), 1 / 3)}, "one-hot"),
         ({"y_train": np.zeros(20, int)}, "at least two classes"),
+        ({"y_train": (np.arange(20) % 2) * 2}, "Classes missing from y_train: [1]"),
+        ({"y_test": np.full(6, 3)}, "Classes missing from y_train: [3]"),
         ({"x_train": np.zeros((20,))}, "(n, d), (n, h, w) or (n, h, w, c)"),
         ({"x_train": np.array(["a"] * 20)}, "numeric"),
         ({"x_train": np.zeros((0, 4, 4))}, "non-empty"),
@@ -120,12 +122,12 @@ def test_mnist_offline_gives_a_clear_error(monkeypatch):
 def test_mnist_is_scaled_and_gets_a_channel_axis(monkeypatch):
     x = np.full((4, 28, 28), 255, np.uint8)
     x[:, 0, 0] = 0
-    y = np.array([3, 1, 4, 1], np.uint8)
+    y = np.array([2, 1, 0, 1], np.uint8)
     monkeypatch.setattr(keras.datasets.mnist, "load_data", lambda *a, **k: ((x, y), (x[:2], y[:2])))
     data = datasets.load_mnist()
-    assert data.x_train.shape == (4, 28, 28, 1) and data.n_classes == 5
+    assert data.x_train.shape == (4, 28, 28, 1) and data.n_classes == 3
     assert data.x_train[0, 0, 0, 0] == 0.0 and data.x_train[0, 1, 1, 0] == 1.0
-    np.testing.assert_array_equal(data.y_train, [3, 1, 4, 1])
+    np.testing.assert_array_equal(data.y_train, [2, 1, 0, 1])
 
 
 def test_subsample_is_stratified_and_keeps_small_sets():

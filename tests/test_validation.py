@@ -59,3 +59,16 @@ def test_float64_input_is_cast_and_traced_once(model):
     g64 = fn(X.astype(np.float64), [0, 1, 2])
     np.testing.assert_array_equal(g32, g64)
     assert fn.trace_count == 1
+
+
+def test_multi_label_binary_targets_rejected():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="sigmoid")])
+    model.compile(loss="binary_crossentropy")
+    with pytest.raises(ValueError, match="multi-label"):
+        gradkit.weight_gradients(model, X, np.zeros((3, 2)))
+
+
+def test_non_default_reduction_rejected(model):
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
+    with pytest.raises(ValueError, match="reduction='sum'"):
+        gradkit.weight_gradients(model, X, [0, 1, 2], loss=loss)

@@ -339,7 +339,7 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
                 raise ValueError(
                     f"`checkpoint_dir` holds a {type(source).__name__} fit, not a {type(self).__name__}."
                 )
-            for key in ("learning_rate", "random_state", "adversarial"):
+            for key in ("learning_rate", "random_state", "adversarial", "fit_kwargs"):
                 saved, current = source.get_params().get(key), self.get_params().get(key)
                 if persistence.to_json(saved) != persistence.to_json(current):
                     raise ValueError(f"The checkpoint was made with {key}={saved!r}, not {key}={current!r}.")

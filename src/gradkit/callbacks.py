@@ -199,7 +199,7 @@ def track_gradient_norm(model, per_layer=False):
 
 
 class GradientNormCallback(keras.callbacks.Callback):
-    """Logs `grad_norm` during `fit` at near-zero cost and keeps the value of every step.
+    """Logs `grad_norm` during `fit` from the step's own gradients and keeps the value of every step.
 
     On `set_model` (before `fit` builds its training function) it calls `track_gradient_norm`, so
     `grad_norm` (epoch mean of the step values, see the module docstring) reaches the progress bar,

@@ -32,7 +32,7 @@ class Dataset:
         name: "digits", "mnist" or the `.npz` path as given.
         x_train, x_test: float32 `(n, h, w, c)` images or `(n, d)` features, values in [0, 1].
         y_train, y_test: int64 class ids `(n,)` in [0, n_classes).
-        n_classes: K, 1 + the largest class id (at least 2).
+        n_classes: K, 1 + the largest class id (at least 2); every id 0..K-1 occurs in y_train.
     """
 
     name: str
@@ -160,6 +160,12 @@ def _make(name, x_train, y_train, x_test, y_test):
         classes = np.unique(y_train).tolist()
         raise DatasetError(f"`y_train` must hold at least two classes. Received: classes {classes}")
     n_classes = int(max(y_train.max(), y_test.max())) + 1
+    missing = sorted(set(range(n_classes)) - set(np.unique(y_train).tolist()))
+    if missing:
+        raise DatasetError(
+            f"Class ids must run from 0 to {n_classes - 1} with every class in `y_train` (boosting "
+            f"learns the classes from it). Classes missing from y_train: {missing[:10]}"
+        )
     return Dataset(name, x_train, y_train, x_test, y_test, n_classes)
 
 

@@ -55,7 +55,10 @@ class InputGradient:
             computed from the logits before the softmax (see `gradkit.losses`).
         training: the mode the model runs in. Defaults to False (inference: Dropout off, BatchNorm
             uses its moving statistics). With True, Dropout and BatchNorm run in training mode, but
-            no model variable (BatchNorm statistics, seed state) is ever changed.
+            no model variable (BatchNorm statistics, seed state) is ever changed: every call draws
+            the same Dropout mask (the seed state is not advanced), and BatchNorm's batch statistics
+            mix the rows of a batch (padding rows included), so rows are independent of their batch
+            only with training=False.
         output: name or index of the output to differentiate, for models with several outputs.
         batch_size: rows per compiled call; the last batch is padded with zero-weight rows so it
             reuses the same compiled function. Defaults to None (the whole input in one call).
@@ -294,6 +297,7 @@ class WeightGradient:
         weights = keras.ops.convert_to_tensor(validation.check_sample_weight(sample_weight, n))
         if not self.model.trainable_variables:
             raise ValueError("The model has no trainable weights, so there is no weight gradient.")
+        backend.batch_multiple()  # TF/torch: refuse an active keras.distribution rather than ignore it
         trainable = backend.variable_values(self.model.trainable_variables, differentiable=True)
         non_trainable = backend.variable_values(self.model.non_trainable_variables)
         x = tree.map_structure(keras.ops.convert_to_tensor, x)

@@ -73,6 +73,12 @@ def resolve_loss(loss, model=None, output=None):
         name = getattr(fn, "__name__", loss)
         return LossSpec(fn, _CLASSIFICATION.get(name, "other"), False, name)
     if isinstance(loss, keras.losses.Loss):
+        reduction = getattr(loss, "reduction", "sum_over_batch_size")
+        if reduction not in (None, "sum_over_batch_size"):
+            raise ValueError(
+                "gradkit reduces losses the default Keras way (sum of weighted per-sample losses / batch "
+                f'size); `loss` has reduction={reduction!r}. Use reduction="sum_over_batch_size".'
+            )
         inner = getattr(loss, "fn", None)
         name = getattr(inner, "__name__", type(loss).__name__)
         from_logits = bool(loss.get_config().get("from_logits", False))
@@ -108,6 +114,11 @@ def check_labels(y, n, n_classes, spec, name="y"):
     if not spec.is_classification:
         return arr.astype(np.float32)
     if spec.kind == "binary":
+        if arr.reshape(n, -1).shape[1] != 1:
+            raise ValueError(
+                f"Binary cross-entropy labels `{name}` must be one 0/1 label per sample, shape (n,) or "
+                f"(n, 1); multi-label targets are not supported. Received: {name}.shape={arr.shape}"
+            )
         if not np.all((arr == 0) | (arr == 1)):
             raise ValueError(f"Binary labels `{name}` must be 0 or 1.")
         return arr.reshape(n, -1).astype(np.int32)[:, 0]

@@ -46,7 +46,8 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
     no attack runs, so the accuracy there is the clean accuracy. The built-in attacks at all epsilons
     share one compiled gradient function (it is traced once).
 
-    For "bim" and "pgd", `eps_step` defaults to `2.5 * eps / steps` at each eps, as in Madry et al.
+    For "bim" and "pgd", `eps_step` defaults to `2.5 * eps / steps` at each eps, the rule of thumb of
+    the MadryLab `robustness` library (Engstrom et al. 2019) for the PGD of Madry et al.
     (2018), so every eps gets a step in proportion; an explicit `eps_step=` float is used unchanged at
     every eps. `steps` must be given.
 
@@ -81,6 +82,8 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
         adversarial attacks", ICLR, https://arxiv.org/abs/1706.06083
         Athalye, Carlini & Wagner (2018), "Obfuscated gradients give a false sense of security", ICML,
         https://arxiv.org/abs/1802.00420
+        Engstrom, Ilyas, Salman, Santurkar & Tsipras (2019), "Robustness (Python library)",
+        https://github.com/MadryLab/robustness
 
     Example:
         >>> curve = gradkit.robustness_curve(model, x, y, attack="pgd", epsilons=[0, 0.05, 0.1],

@@ -5,7 +5,7 @@ All three are the same projected loop (`gradkit.attacks._base`): FGSM is one BIM
 the clean input and clipped to `clip_values`. Each step is one compiled `gradkit.InputGradient` call
 for all ensemble members, and attacks on the same model with the same `loss`/`output`/`batch_size`
 share that compiled function. The loop over steps is a Python loop: on CPU a PGD fused into one
-`jax.lax.fori_loop` measured 7.5x slower than a Python loop of jitted steps (equal on an H200 GPU).
+`jax.lax.fori_loop` measured 7.5x slower than a Python loop of jitted steps.
 
 References:
     Goodfellow, Shlens & Szegedy (2015), "Explaining and harnessing adversarial examples", ICLR,

@@ -5,7 +5,7 @@ the eps-ball around it), then `steps` times: take the input gradient of the loss
 its sign (Linf) or its per-sample unit-L2 direction (L2), project the perturbation onto the eps-ball
 around the CLEAN input x0, and clip to `clip_values`. Each step is one compiled call of
 `gradkit.InputGradient` for all ensemble members; the step loop stays in Python, since a loop of compiled
-steps measured 7.5x faster on CPU than one fused `jax.lax.fori_loop` (equal on an H200 GPU).
+steps measured 7.5x faster on CPU than one fused `jax.lax.fori_loop`.
 
 The projection is done before the clipping (as foolbox does); both keep every coordinate between x0 and
 the proposed point, so the result lies in the ball and in the box. Several inputs (a list or dict `x`)

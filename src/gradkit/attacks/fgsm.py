@@ -55,6 +55,8 @@ def fgsm(
     References:
         Goodfellow, Shlens & Szegedy (2015), "Explaining and harnessing adversarial examples", ICLR,
         https://arxiv.org/abs/1412.6572
+        Kurakin, Goodfellow & Bengio (2017), "Adversarial machine learning at scale", ICLR (label
+        leaking), https://arxiv.org/abs/1611.01236
 
     Example:
         >>> x_adv = gradkit.fgsm(model, x_test, y_test, eps=0.1, clip_values=(0, 1))  # doctest: +SKIP

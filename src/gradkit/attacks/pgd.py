@@ -32,7 +32,7 @@ def pgd(
 
     Args:
         model, x, y, norm, clip_values, targeted, loss, batch_size, output: as in `gradkit.fgsm`.
-        eps, eps_step, steps: as in `gradkit.bim` (Madry et al. use eps_step = 2.5 * eps / steps).
+        eps, eps_step, steps: as in `gradkit.bim` (a common choice: eps_step = 2.5 * eps / steps).
         random_start: start from a random point of the ball (default True) or from `x`.
         seed: None (default: fresh randomness) or an int >= 0 seeding the random start.
 

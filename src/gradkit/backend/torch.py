@@ -1,6 +1,6 @@
 """PyTorch backend: eager autograd (`torch.autograd.grad`); nothing is traced or compiled.
 
-`torch.compile` measured 71 s to compile and then 2.8x slower than eager on CPU (KERAS3_NOTES), so
+`torch.compile` was measured at 71 s to compile and then 2.8x slower than eager on a 2-core CPU, so
 gradkit runs eagerly and counts distinct input signatures as its "traces".
 """
 
