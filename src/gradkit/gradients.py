@@ -13,7 +13,7 @@ from keras import tree
 
 from gradkit import backend, validation
 from gradkit import losses as losses_lib
-from gradkit.ensemble import as_ensemble
+from gradkit.ensemble import WeightedEnsemble, as_ensemble
 
 
 def _training_kwargs(model, training):
@@ -195,16 +195,13 @@ def _normalize_and_weight(grads, weights):
     return tree.map_structure(combine, grads)
 
 
-def _cache(model):
-    """Per-model cache that lives and dies with the model (stored in its __dict__, never tracked)."""
-    return vars(model).setdefault("_gradkit_cache", {})
-
-
-def _cached(model, kind, factory, **options):
-    if not isinstance(model, keras.Model):
+def cached(owner, kind, factory, **options):
+    """`factory()`, built once per `(kind, options)` and kept on `owner` (a Keras model or a
+    `WeightedEnsemble`) in its `__dict__`: the cache lives and dies with its owner, never tracked."""
+    if not isinstance(owner, (keras.Model, WeightedEnsemble)):
         return factory()
     key = (kind, tuple(sorted((k, repr(v)) for k, v in options.items())))
-    cache = _cache(model)
+    cache = vars(owner).setdefault("_gradkit_cache", {})
     if key not in cache:
         cache[key] = factory()
     return cache[key]
@@ -223,7 +220,7 @@ def input_gradient(
     def factory():
         return InputGradient(model, loss=loss, training=training, output=output, batch_size=batch_size)
 
-    fn = _cached(model, "input", factory, loss=loss, training=training, output=output, batch_size=batch_size)
+    fn = cached(model, "input", factory, loss=loss, training=training, output=output, batch_size=batch_size)
     return fn(x, y, sample_weight)
 
 
@@ -360,7 +357,7 @@ def weight_gradients(
             model, loss=loss, training=training, include_regularization=include_regularization, output=output
         )
 
-    fn = _cached(
+    fn = cached(
         model,
         "weights",
         factory,

@@ -21,7 +21,7 @@ from keras import tree
 from gradkit import ensemble as ensemble_lib
 from gradkit import validation
 from gradkit.ensemble import WeightedEnsemble, as_ensemble
-from gradkit.gradients import InputGradient
+from gradkit.gradients import InputGradient, cached
 
 _NORMS = {"inf": np.inf, "linf": np.inf, "l2": 2.0, "2": 2.0}
 _TINY = 1e-12  # floor of a norm before dividing by it (a zero gradient then gives a zero step)
@@ -108,12 +108,11 @@ def gradient_for(model, *, loss=None, output=None, batch_size=None):
     """
     if not isinstance(model, (keras.Model, WeightedEnsemble)):
         model = as_ensemble(model)
-    options = {"loss": loss, "training": False, "output": output, "batch_size": batch_size}
-    key = ("input", tuple(sorted((k, repr(v)) for k, v in options.items())))
-    cache = vars(model).setdefault("_gradkit_cache", {})
-    if key not in cache:
-        cache[key] = InputGradient(model, loss=loss, training=False, output=output, batch_size=batch_size)
-    return cache[key]
+
+    def factory():
+        return InputGradient(model, loss=loss, training=False, output=output, batch_size=batch_size)
+
+    return cached(model, "input", factory, loss=loss, training=False, output=output, batch_size=batch_size)
 
 
 def _leaf_names(x):
