@@ -91,3 +91,34 @@ def test_single_sigmoid_unit_members_vote_on_two_classes():
     p = 1 / (1 + np.exp(-5.0 * x[:, 0]))
     expected = 0.8 * np.stack([1 - p, p], 1) + 0.2 * np.stack([p, 1 - p], 1)
     np.testing.assert_allclose(ens.predict_proba(x), expected, rtol=1e-5)
+
+
+def two_heads(seed):
+    inputs = keras.Input((4,))
+    heads = [keras.layers.Dense(3, name="a")(inputs), keras.layers.Dense(2, name="b")(inputs)]
+    model = set_weights_from(keras.Model(inputs, heads), seed=seed)
+    model.compile(loss={"a": "mse", "b": keras.losses.SparseCategoricalCrossentropy(from_logits=True)})
+    return model
+
+
+def test_predict_uses_the_named_output_and_refuses_a_silent_choice():
+    m1, m2, m3 = two_heads(11), two_heads(12), two_heads(13)
+    ens = gradkit.WeightedEnsemble([m1, m2, m3], [0.3, 0.3, 0.5])
+    heads = [m.predict(X, verbose=0)[1] for m in (m1, m2, m3)]  # output "b", 2 classes
+    votes = sum(w * np.eye(2)[h.argmax(1)] for w, h in zip(ens.weights, heads))
+    np.testing.assert_array_equal(ens.predict(X, output="b"), votes.argmax(1))
+    np.testing.assert_array_equal(ens.predict(X, output=1), votes.argmax(1))
+    assert ens.decision_function(X, output="b").shape == (len(X), 2)
+    with pytest.raises(ValueError, match="output"):
+        ens.predict(X)  # two outputs: which one must be said
+    with pytest.raises(ValueError, match="output"):
+        ens.predict(X, output="c")
+
+
+def test_attack_labels_are_the_ensemble_vote_of_the_attacked_output():
+    m1, m2 = two_heads(14), two_heads(15)
+    ens = gradkit.WeightedEnsemble([m1, m2], [0.4, 0.6])
+    grad = gradkit.InputGradient(ens, output="b")
+    from gradkit.attacks import _base
+
+    np.testing.assert_array_equal(_base.predict_labels(grad, X), ens.predict(X, output="b"))

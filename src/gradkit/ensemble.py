@@ -76,11 +76,17 @@ class WeightedEnsemble:
     def __len__(self):
         return len(self.models)
 
-    def _member_proba(self, model, x, batch_size):
-        out = np.asarray(predict(model, x, batch_size), dtype=np.float64)
-        out = validation.select_output(out, 0) if isinstance(out, (list, dict)) else out
-        spec = losses_lib.resolve_loss(None, model) if getattr(model, "loss", None) else None
-        from_logits = spec is not None and spec.from_logits
+    def _member_proba(self, model, x, batch_size, output=None, from_logits=None):
+        """Class probabilities `(n, n_classes)` float64 of one member's `output`.
+
+        `from_logits` None: taken from the loss the member was compiled with (False when it has none).
+        """
+        index = validation.output_index(model, output)
+        out = np.asarray(validation.select_output(predict(model, x, batch_size), index), dtype=np.float64)
+        out = out.reshape(len(out), -1)
+        if from_logits is None:
+            spec = losses_lib.resolve_loss(None, model, output) if getattr(model, "loss", None) else None
+            from_logits = spec is not None and spec.from_logits
         if out.shape[-1] == 1:  # one sigmoid unit: P(class 1)
             p = 1.0 / (1.0 + np.exp(-out)) if from_logits else out
             return np.concatenate([1.0 - p, p], axis=-1)
@@ -89,45 +95,58 @@ class WeightedEnsemble:
             out /= out.sum(axis=-1, keepdims=True)
         return out
 
-    def predict_proba(self, x, batch_size=256):
+    def predict_proba(self, x, batch_size=256, *, output=None):
         """Weighted mean of the members' class probabilities.
 
         Args:
             x: inputs, shaped like the members' inputs, `(n, ...)`.
             batch_size: prediction batch size. Defaults to 256.
+            output: name or index of the members' output to use; None (default) for single-output
+                members.
 
         Returns:
             float64 array `(n, n_classes)`, sum_k alpha_k p_k(x) / sum_k alpha_k. Members compiled
-            with `from_logits=True` losses have their outputs passed through a softmax first.
+            with `from_logits=True` losses have their outputs passed through a softmax (one unit: a
+            sigmoid, giving `[1 - p, p]`) first.
+
+        Raises:
+            ValueError: `output` is None for multi-output members, or names no output.
         """
-        total = sum(w * self._member_proba(m, x, batch_size) for m, w in zip(self.models, self.weights))
+        total = sum(w * self._member_proba(m, x, batch_size, output) for m, w in zip(self.models, self.weights))
         return total / sum(self.weights)
 
-    def decision_function(self, x, batch_size=256):
-        """Weighted hard votes: `(n, n_classes)` float64, sum_k alpha_k * onehot(argmax f_k(x))."""
-        votes = None
-        for model, w in zip(self.models, self.weights):
-            proba = self._member_proba(model, x, batch_size)
-            onehot = np.eye(proba.shape[-1])[proba.argmax(axis=-1)] * w
-            votes = onehot if votes is None else votes + onehot
+    def decision_function(self, x, batch_size=256, *, output=None, from_logits=None):
+        """Weighted hard votes: `(n, n_classes)` float64, sum_k alpha_k * onehot(argmax p_k(x)).
+
+        A one-unit output votes for class 1 when p > 0.5 (logit > 0). `output` as in `predict_proba`;
+        `from_logits` (one bool per member, or None to read each member's compiled loss) says how to
+        read one-unit outputs. Raises ValueError for a bad `output`.
+        """
+        flags = [None] * len(self.models) if from_logits is None else list(from_logits)
+        votes = 0.0
+        for model, w, flag in zip(self.models, self.weights, flags):
+            proba = self._member_proba(model, x, batch_size, output, flag)
+            votes = votes + w * np.eye(proba.shape[-1])[proba.argmax(axis=-1)]
         return votes
 
-    def predict(self, x, *, voting="hard", batch_size=256):
+    def predict(self, x, *, voting="hard", batch_size=256, output=None):
         """Predicted class ids, `(n,)` int64.
 
         Args:
             x: inputs `(n, ...)`.
-            voting: `"hard"` (default): argmax of the weighted votes, as AdaBoost decides;
-                `"soft"`: argmax of `predict_proba`.
+            voting: `"hard"` (default): argmax of the weighted votes (`decision_function`), as
+                AdaBoost decides (ties go to the lower class id); `"soft"`: argmax of `predict_proba`.
             batch_size: prediction batch size. Defaults to 256.
+            output: name or index of the members' output to use; None (default) for single-output
+                members.
 
         Raises:
-            ValueError: `voting` is neither "hard" nor "soft".
+            ValueError: `voting` is neither "hard" nor "soft"; a bad `output`.
         """
         if voting == "hard":
-            return self.decision_function(x, batch_size).argmax(axis=-1)
+            return self.decision_function(x, batch_size, output=output).argmax(axis=-1)
         if voting == "soft":
-            return self.predict_proba(x, batch_size).argmax(axis=-1)
+            return self.predict_proba(x, batch_size, output=output).argmax(axis=-1)
         raise ValueError(f'`voting` must be "hard" or "soft". Received: voting={voting!r}')
 
     def __repr__(self):

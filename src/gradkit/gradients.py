@@ -52,7 +52,10 @@ class InputGradient:
         model: a built Keras model (Sequential, Functional or subclassed) or a `WeightedEnsemble`.
         loss: None (default: each model's compiled loss), a loss name, a `keras.losses.Loss` or a
             callable `fn(y_true, y_pred) -> per-sample loss`. Cross-entropy on a softmax output is
-            computed from the logits before the softmax (see `gradkit.losses`).
+            computed from the logits before the softmax (see `gradkit.losses`). For cross-entropy
+            losses this is the plain cross-entropy of the hard labels, the loss attacks maximize
+            (as in ART and foolbox): a compiled `label_smoothing` or `ignore_class` is not applied
+            (weight gradients, which reproduce `fit`, do apply them).
         training: the mode the model runs in. Defaults to False (inference: Dropout off, BatchNorm
             uses its moving statistics). With True, Dropout and BatchNorm run in training mode, but
             no model variable (BatchNorm statistics, seed state) is ever changed: every call draws
@@ -80,6 +83,7 @@ class InputGradient:
         ValueError: mismatched lengths or feature shapes, NaN/inf in `x`, soft or out-of-range
             labels, a model compiled without a loss and no `loss=`.
         gradkit.errors.DisconnectedGradientError: the loss does not depend on `x` (argmax, round).
+        NotImplementedError: a `keras.distribution` is active on TensorFlow or PyTorch (JAX only).
 
     Example:
         >>> grad = InputGradient(model)                  # doctest: +SKIP
@@ -350,6 +354,7 @@ def weight_gradients(
     Raises:
         ValueError: an uncompiled model without `loss=`, bad shapes or labels, no trainable weights.
         gradkit.errors.DisconnectedGradientError: the loss depends on none of the weights (argmax).
+        NotImplementedError: a `keras.distribution` is active on TensorFlow or PyTorch (JAX only).
     """
 
     def factory():

@@ -16,6 +16,7 @@ References:
 import keras
 import numpy as np
 
+from gradkit import backend
 from gradkit.gradients import weight_gradients
 
 PREFIX = "grad_norm"
@@ -52,34 +53,53 @@ def result_names(layers):
     return [PREFIX] + [f"{PREFIX}/{layer.name}" for layer in layers]
 
 
-def _squared_norm(grad):
-    flat = keras.ops.cast(keras.ops.reshape(grad, (-1,)), "float32")
-    return keras.ops.dot(flat, flat)  # a BLAS dot: measured 2x faster than norm or sum(square) on JAX
-
-
-def norm_values(grads, groups, scale=1.0):
-    """Float32 vector `[global norm, norm of group 1, ...]` of `grads` divided by `scale` (keras.ops).
+class NormValues:
+    """Callable `(grads, scale) -> float32 vector [global norm, norm of group 1, ..., 1.0]` (in-step).
 
     Args:
-        grads: list of dense gradient tensors aligned with `model.trainable_variables`; None counts
-            as zero.
         groups: index lists from `layer_groups`.
-        scale: loss-scale factor the gradients are multiplied by (scalar tensor or float); the norms
-            are divided by it (a norm is linear in its argument, so this equals unscaling first).
 
-    One pass over each gradient (its squared norm), then sums of those: few operations per step.
-    NaN and inf propagate to every norm whose weights contain them.
+    The squared norm of each gradient is one backend-native reduction (`backend.squared_norms`: one
+    pass over the gradient, no copy); the global and per-group sums are one product with a constant 0/1
+    matrix, so a step costs a fixed handful of operations whatever the number of layers. The last entry
+    is a constant 1.0, the step's weight in `GradientNormMetric`. The norms are divided by `scale` (the
+    loss-scale factor; a norm is linear in its argument, so this equals unscaling the gradients). None
+    gradients count as zero; NaN and inf propagate to every norm whose weights hold them.
+
+    The arithmetic uses the tensors' own operators rather than `keras.ops`: the same on every backend,
+    and on eager PyTorch it skips `keras.ops`' per-call dtype handling (measured 50 us vs 5 us for the
+    product), which is most of the per-step cost there.
     """
-    present = [i for i, g in enumerate(grads) if g is not None]
-    if not present:
-        return keras.ops.zeros((1 + len(groups),), "float32")
-    squares = keras.ops.stack([_squared_norm(grads[i]) for i in present])
-    position = {i: k for k, i in enumerate(present)}
-    parts = [keras.ops.sum(squares)]
-    for group in groups:
-        picked = [position[i] for i in group if i in position]
-        parts.append(keras.ops.sum(keras.ops.take(squares, picked)) if picked else keras.ops.zeros(()))
-    return keras.ops.sqrt(keras.ops.stack(parts)) / keras.ops.cast(scale, "float32")
+
+    def __init__(self, groups):
+        self.groups = [list(group) for group in groups]
+        self._constants = {}
+
+    def _matrix_and_tail(self, present):
+        """The 0/1 matrix `(1 + groups + 1, n)` (last row zero) and the vector `[0, ..., 0, 1]`."""
+        key = tuple(present)
+        if key in self._constants:
+            return self._constants[key]
+        column = {i: k for k, i in enumerate(present)}
+        matrix = np.zeros((2 + len(self.groups), len(present)), np.float32)
+        matrix[0] = 1.0
+        for row, group in enumerate(self.groups, start=1):
+            matrix[row, [column[i] for i in group if i in column]] = 1.0
+        tail = np.zeros((2 + len(self.groups),), np.float32)
+        tail[-1] = 1.0
+        constants = (keras.ops.convert_to_tensor(matrix), keras.ops.convert_to_tensor(tail))
+        if backend.EAGER:  # traced backends build them inside each trace (a tensor is tied to its graph)
+            self._constants[key] = constants
+        return constants
+
+    def __call__(self, grads, scale=1.0):
+        present = [i for i, g in enumerate(grads) if g is not None]
+        if not present:
+            return keras.ops.convert_to_tensor(self._matrix_and_tail([])[1])
+        matrix, tail = self._matrix_and_tail(present)
+        squares = backend.squared_norms([grads[i] for i in present])
+        sums = (matrix @ squares[:, None])[:, 0]  # TensorFlow's `@` wants two matrices
+        return sums**0.5 / keras.ops.cast(scale, "float32") + tail
 
 
 def gradient_norm(
@@ -125,6 +145,7 @@ def gradient_norm(
             is not a bool.
         ValueError: bad data, labels or sample weights; no loss; no trainable weights.
         gradkit.errors.DisconnectedGradientError: the loss does not depend on the weights (argmax).
+        NotImplementedError: a `keras.distribution` is active on TensorFlow or PyTorch (JAX only).
 
     Example:
         >>> gradkit.gradient_norm(model, x[:32], y[:32])                # doctest: +SKIP

@@ -76,6 +76,7 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
         ValueError: an unknown `attack`, empty or negative `epsilons`, `eps` in `attack_kwargs`,
             "bim"/"pgd" without `steps`, bad labels or inputs; before any attack runs.
         TypeError: an `attack_kwargs` key the attack does not take.
+        NotImplementedError: a `keras.distribution` is active on TensorFlow or PyTorch (JAX only).
 
     References:
         Madry, Makelov, Schmidt, Tsipras & Vladu (2018), "Towards deep learning models resistant to

@@ -18,7 +18,6 @@ import keras
 import numpy as np
 from keras import tree
 
-from gradkit import ensemble as ensemble_lib
 from gradkit import validation
 from gradkit.ensemble import WeightedEnsemble, as_ensemble
 from gradkit.gradients import InputGradient, cached
@@ -137,19 +136,12 @@ def check_range(x, clip_values):
 
 
 def predict_labels(grad, x, batch_size=None):
-    """Hard predictions `(n,)` int64 of the attacked output: argmax (or > threshold for one unit),
-    combined over ensemble members by weighted hard vote, as `WeightedEnsemble.predict` does."""
-    votes = 0.0
-    for model, spec, weight in zip(grad.ensemble.models, grad.specs, grad.ensemble.weights):
-        out = ensemble_lib.predict(model, x, batch_size or 256)
-        out = np.asarray(validation.select_output(out, grad.output_index), dtype=np.float64)
-        out = out.reshape(len(out), -1)
-        if out.shape[1] == 1:
-            ids, k = (out[:, 0] > (0.0 if spec.from_logits else 0.5)).astype(np.int64), 2
-        else:
-            ids, k = out.argmax(axis=1), out.shape[1]
-        votes = votes + weight * np.eye(k)[ids]
-    return np.asarray(votes).argmax(axis=1)
+    """Hard predictions `(n,)` int64 of the attacked output: the weighted hard vote of
+    `WeightedEnsemble.predict`, reading one-unit outputs as the attack's loss does (logits or not)."""
+    votes = grad.ensemble.decision_function(
+        x, batch_size or 256, output=grad.output_index, from_logits=[spec.from_logits for spec in grad.specs]
+    )
+    return votes.argmax(axis=1)
 
 
 def prepare(grad, x, y, clip_values, batch_size=None):

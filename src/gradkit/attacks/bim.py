@@ -43,6 +43,7 @@ def bim(
         ValueError: eps < 0, eps_step <= 0, steps < 1, a bad `norm` or `clip_values`, `x` outside
             `clip_values`, soft or out-of-range labels, `targeted=True` without `y`; before any work.
         TypeError: a non-integer `steps`, integer inputs, a bad `model`.
+        NotImplementedError: a `keras.distribution` is active on TensorFlow or PyTorch (JAX only).
 
     References:
         Kurakin, Goodfellow & Bengio (2017), "Adversarial examples in the physical world", ICLR

@@ -51,6 +51,7 @@ def fgsm(
         ValueError: eps < 0, a bad `norm` or `clip_values`, `x` outside `clip_values`, soft or
             out-of-range labels, `targeted=True` without `y`, NaN in `x`; all before any work.
         TypeError: integer inputs (no input gradient exists), a bad `model`.
+        NotImplementedError: a `keras.distribution` is active on TensorFlow or PyTorch (JAX only).
 
     References:
         Goodfellow, Shlens & Szegedy (2015), "Explaining and harnessing adversarial examples", ICLR,

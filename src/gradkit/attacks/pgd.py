@@ -42,6 +42,7 @@ def pgd(
     Raises:
         ValueError: as in `gradkit.bim`, and a bad `seed`; before any work.
         TypeError: a non-integer `steps`, a non-bool `random_start`, integer inputs, a bad `model`.
+        NotImplementedError: a `keras.distribution` is active on TensorFlow or PyTorch (JAX only).
 
     References:
         Madry, Makelov, Schmidt, Tsipras & Vladu (2018), "Towards deep learning models resistant to

@@ -10,6 +10,7 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
 - `variable_values(variables, differentiable)`: the current values of Keras variables, passed as
   arguments so that later training is seen without recompiling.
 - `EAGER`: True where nothing is traced (PyTorch); gradkit then counts distinct input signatures.
+- `squared_norms(grads)`: float32 vector of the sums of squares of a list of dense gradients.
 - `wrap_train_step(model, metric, norms_fn)`: `(train_step, test_step)` that record the norms of the
   gradients the training step applies into `metric` (see `gradkit.callbacks`).
 - `batch_multiple()` and `distribute_batch(structure)`: data parallelism under an active
@@ -40,6 +41,7 @@ variable_values = _impl.variable_values
 wrap_train_step = _impl.wrap_train_step
 batch_multiple = _impl.batch_multiple
 distribute_batch = _impl.distribute_batch
+squared_norms = _impl.squared_norms
 
 __all__ = [
     "NAME",
@@ -47,6 +49,7 @@ __all__ = [
     "batch_multiple",
     "compile_grad",
     "distribute_batch",
+    "squared_norms",
     "variable_values",
     "wrap_train_step",
 ]

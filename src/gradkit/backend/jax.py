@@ -116,6 +116,21 @@ def distribute_batch(structure):
     )
 
 
+def _squared_norm(g):
+    g = jnp.asarray(g, jnp.float32)
+    if g.ndim < 2:
+        return jnp.vdot(g, g)
+    # A matrix-vector product with ones, the square fused into it: XLA runs it on every core. A vdot or
+    # sum(g * g) becomes a one-core reduction, measured at 4-5% of a training step of a 1M-weight MLP
+    # on 2 CPU cores, against 1% for this.
+    return jnp.sum(jnp.reshape(g * g, (-1, g.shape[-1])) @ jnp.ones((g.shape[-1],), jnp.float32))
+
+
+def squared_norms(grads):
+    """Float32 vector of the sums of squares of `grads`."""
+    return jnp.stack([_squared_norm(g) for g in grads])
+
+
 def _loss_scale(optimizer, optimizer_values):
     if hasattr(optimizer, "dynamic_scale"):
         index = [id(v) for v in optimizer.variables].index(id(optimizer.dynamic_scale))

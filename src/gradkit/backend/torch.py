@@ -4,6 +4,7 @@
 gradkit runs eagerly and counts distinct input signatures as its "traces".
 """
 
+import keras
 import torch
 from keras import tree
 
@@ -79,9 +80,22 @@ def compile_grad(fn, wrt, per_output=False):
     return call
 
 
-def _loss_scale(optimizer):
+def squared_norms(grads):
+    """Float32 vector of the sums of squares of `grads`: one BLAS dot each on a flat view, no copy."""
+    with torch.no_grad():
+        flat = [g.reshape(-1).to(torch.float32) for g in grads]
+        return torch.stack([torch.dot(f, f) for f in flat])
+
+
+def _loss_scale(optimizer, trainable_variables):
+    # The first step builds the optimizer inside `apply` (a LossScaleOptimizer creates its
+    # dynamic_scale then); the scale is read before `apply`, so build it here as `apply` would.
+    if not optimizer.built and trainable_variables is not None:
+        with keras.name_scope(optimizer.name):
+            optimizer.build(list(trainable_variables))
+        optimizer.built = True
     if hasattr(optimizer, "dynamic_scale"):
-        return optimizer.dynamic_scale.value.detach().clone()
+        return optimizer.dynamic_scale.value.detach()
     return torch.tensor(float(optimizer.loss_scale_factor or 1.0))
 
 
@@ -91,24 +105,23 @@ def wrap_train_step(model, metric, norms_fn):
 
     def train_step(data):
         optimizer = model.optimizer
-        captured = {}
         apply = optimizer.apply
 
         def capturing_apply(grads, trainable_variables=None):
-            captured["grads"] = [None if g is None else g.detach() for g in grads]
-            captured["scale"] = _loss_scale(optimizer)
+            grads = list(grads)
+            with torch.no_grad():
+                detached = [None if g is None else g.detach() for g in grads]
+                scale = _loss_scale(optimizer, trainable_variables)
+                metric.update_state(norms_fn(detached, scale))  # before the step's compute_metrics
             return apply(grads, trainable_variables)
 
         optimizer.apply = capturing_apply
         try:
-            logs = step_cls.train_step(model, data)
+            logs = dict(step_cls.train_step(model, data))
         finally:
             del optimizer.apply
-        if "grads" in captured:
-            with torch.no_grad():
-                metric.update_state(norms_fn(captured["grads"], captured["scale"]))
-        logs = dict(logs)
-        logs.update(metric.result())
+        if any(key not in logs for key in metric.result_names()):  # a train_step that skips the metrics
+            logs.update(metric.result())
         return logs
 
     def test_step(data):
