@@ -112,7 +112,8 @@ class WeightedEnsemble:
         Raises:
             ValueError: `output` is None for multi-output members, or names no output.
         """
-        total = sum(w * self._member_proba(m, x, batch_size, output) for m, w in zip(self.models, self.weights))
+        members = zip(self.models, self.weights)
+        total = sum(w * self._member_proba(m, x, batch_size, output) for m, w in members)
         return total / sum(self.weights)
 
     def decision_function(self, x, batch_size=256, *, output=None, from_logits=None):
