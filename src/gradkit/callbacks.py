@@ -56,7 +56,7 @@ class GradientNormMetric(keras.metrics.Metric):
 
     def result(self):
         sums = self.sums.value
-        count = sums[-1]  # a whole number: divide by 1 instead of 0 so that no step gives 0, not NaN
+        count = sums[-1]  # a whole number; before any counted step, divide by 1: the result is 0, not NaN
         mean = sums[:-1] / (count + keras.ops.cast(count == 0, "float32"))
         return dict(zip(self.names, keras.ops.unstack(mean)))
 
