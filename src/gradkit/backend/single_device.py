@@ -1,4 +1,5 @@
-"""Data-parallel hooks for backends without `keras.distribution` support (TensorFlow, PyTorch)."""
+"""What the TensorFlow and PyTorch backends share: data-parallel hooks (they have no
+`keras.distribution` support) and building the optimizer before the in-step norm reads its loss scale."""
 
 import keras
 
@@ -23,3 +24,15 @@ def _refuse_distribution():
             "prototype, PyTorch has none), and gradkit will not silently run on one device. Use "
             "KERAS_BACKEND=jax, or call keras.distribution.set_distribution(None)."
         )
+
+
+def build_optimizer(optimizer, trainable_variables):
+    """Builds `optimizer` for `trainable_variables` if needed, as its `apply` would on the first step.
+
+    The in-step gradient norm reads the loss scale before `apply`, and a LossScaleOptimizer only
+    creates its `dynamic_scale` when built.
+    """
+    if not optimizer.built and trainable_variables is not None:
+        with keras.name_scope(optimizer.name):
+            optimizer.build(list(trainable_variables))
+        optimizer.built = True

@@ -1,9 +1,8 @@
 """TensorFlow backend: one `tf.function` per loss, differentiated with `tf.GradientTape`."""
 
-import keras
 import tensorflow as tf
 
-from gradkit.backend.single_device import batch_multiple, distribute_batch  # noqa: F401
+from gradkit.backend.single_device import batch_multiple, build_optimizer, distribute_batch  # noqa: F401
 from gradkit.errors import DisconnectedGradientError
 
 EAGER = False
@@ -57,12 +56,7 @@ def squared_norms(grads):
 
 
 def _loss_scale(optimizer, trainable_variables):
-    # The first step builds the optimizer inside `apply` (a LossScaleOptimizer creates its
-    # dynamic_scale then); the scale is read before `apply`, so build it here as `apply` would.
-    if not optimizer.built and trainable_variables is not None:
-        with keras.name_scope(optimizer.name):
-            optimizer.build(list(trainable_variables))
-        optimizer.built = True
+    build_optimizer(optimizer, trainable_variables)
     if hasattr(optimizer, "dynamic_scale"):
         return tf.convert_to_tensor(optimizer.dynamic_scale.value)
     return tf.constant(float(optimizer.loss_scale_factor or 1.0))
