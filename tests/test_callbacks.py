@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 
 import gradkit
-from gradkit.callbacks import GradientNormCallback, track_gradient_norm, untrack_gradient_norm
+from gradkit import norms
+from gradkit.callbacks import (
+    GradientNormCallback,
+    GradientNormMetric,
+    track_gradient_norm,
+    untrack_gradient_norm,
+)
 from test_norms import n1_model, n2_model, two_heads
 
 from conftest import set_weights_from
@@ -148,6 +154,34 @@ def test_mixed_float16_removes_the_loss_scale():
     scale = float(keras.ops.convert_to_numpy(model.optimizer.dynamic_scale.value))
     assert scale > 1000.0
     assert history["grad_norm"][0] == pytest.approx(expected, rel=1e-3)
+
+
+def test_a_fixed_loss_scale_factor_is_removed():
+    expected = gradkit.gradient_norm(mlp(), X, Y)
+    model = mlp(keras.optimizers.SGD(0.1, loss_scale_factor=64.0))
+    history = fit(model, X, Y, GradientNormCallback())
+    assert history["grad_norm"][0] == pytest.approx(expected, rel=1e-5)
+
+
+def test_in_step_norms_by_hand():
+    # Groups: layer 1 owns weight 0, layer 2 weights 1 and 2; weight 1 has no gradient. |g0|^2 = 4,
+    # |g2|^2 = 9 + 16 = 25, the loss scale 2 divides every norm, and the last entry is the weight 1.
+    values = norms.NormValues([[0], [1, 2]])
+    grads = [keras.ops.ones((2, 2)), None, keras.ops.convert_to_tensor([3.0, 4.0])]
+    expected = [np.sqrt(29.0) / 2, 1.0, 2.5, 1.0]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(values(grads, 2.0)), expected, rtol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(values(grads)), [np.sqrt(29.0), 2.0, 5.0, 1.0])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(values([None, None, None])), [0, 0, 0, 1])
+
+
+def test_metric_mean_counts_weighted_steps_and_starts_at_zero():
+    metric = GradientNormMetric(["grad_norm", "grad_norm/a"])
+    assert [float(v) for v in metric.result().values()] == [0.0, 0.0]
+    for step in ([3.0, 1.0, 1.0], [5.0, 3.0, 1.0], [0.0, 0.0, 0.0]):  # the last step does not count
+        metric.update_state(keras.ops.convert_to_tensor(step))
+    assert {k: float(v) for k, v in metric.result().items()} == {"grad_norm": 4.0, "grad_norm/a": 2.0}
+    metric.reset_state()
+    assert float(metric.result()["grad_norm"]) == 0.0
 
 
 def test_gradient_accumulation_logs_the_applied_update():

@@ -10,7 +10,10 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
 - `variable_values(variables, differentiable)`: the current values of Keras variables, passed as
   arguments so that later training is seen without recompiling.
 - `EAGER`: True where nothing is traced (PyTorch); gradkit then counts distinct input signatures.
-- `squared_norms(grads)`: float32 vector of the sums of squares of a list of dense gradients.
+- `group_norms(grads, matrix, last)`: float32 vector `sqrt(matrix @ [|g_1|^2, ..., |g_n|^2, last])`
+  for a list of dense gradients (the in-step norms of `gradkit.norms.NormValues`).
+- `assign_add(variable, value)`: `variable += value` for a Keras variable, the cheapest way the
+  backend has (the in-step metric update).
 - `wrap_train_step(model, metric, norms_fn)`: `(train_step, test_step)` that record the norms of the
   gradients the training step applies into `metric` (see `gradkit.callbacks`).
 - `batch_multiple()` and `distribute_batch(structure)`: data parallelism under an active
@@ -35,21 +38,23 @@ else:  # pragma: no cover - numpy/openvino have no autodiff
     )
 
 NAME = _name
+assign_add = _impl.assign_add
 EAGER = _impl.EAGER
 compile_grad = _impl.compile_grad
 variable_values = _impl.variable_values
 wrap_train_step = _impl.wrap_train_step
 batch_multiple = _impl.batch_multiple
 distribute_batch = _impl.distribute_batch
-squared_norms = _impl.squared_norms
+group_norms = _impl.group_norms
 
 __all__ = [
     "NAME",
     "EAGER",
+    "assign_add",
     "batch_multiple",
     "compile_grad",
     "distribute_batch",
-    "squared_norms",
+    "group_norms",
     "variable_values",
     "wrap_train_step",
 ]

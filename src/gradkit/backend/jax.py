@@ -126,16 +126,22 @@ def _squared_norm(g):
     return jnp.sum(jnp.reshape(g * g, (-1, g.shape[-1])) @ jnp.ones((g.shape[-1],), jnp.float32))
 
 
-def squared_norms(grads):
-    """Float32 vector of the sums of squares of `grads`."""
-    return jnp.stack([_squared_norm(g) for g in grads])
+def group_norms(grads, matrix, last):
+    """`sqrt(matrix @ [|g_1|^2, ..., |g_n|^2, last])`, float32."""
+    squares = [_squared_norm(g) for g in grads] + [jnp.asarray(last, jnp.float32)]
+    return jnp.sqrt(matrix @ jnp.stack(squares))
+
+
+def assign_add(variable, value):
+    """`variable += value` (a Keras variable; inside a stateless scope, recorded there)."""
+    variable.assign_add(value)
 
 
 def _loss_scale(optimizer, optimizer_values):
     if hasattr(optimizer, "dynamic_scale"):
         index = [id(v) for v in optimizer.variables].index(id(optimizer.dynamic_scale))
         return optimizer_values[index]
-    return jnp.asarray(float(optimizer.loss_scale_factor or 1.0))
+    return optimizer.loss_scale_factor  # None or a float
 
 
 def wrap_train_step(model, metric, norms_fn):

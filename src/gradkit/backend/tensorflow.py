@@ -49,17 +49,24 @@ def compile_grad(fn, wrt, per_output=False):
     return call
 
 
-def squared_norms(grads):
-    """Float32 vector of the sums of squares of `grads` (dense tensors): one fused reduction each."""
+def group_norms(grads, matrix, last):
+    """`sqrt(matrix @ [|g_1|^2, ..., |g_n|^2, last])`, float32 (dense gradients)."""
     # l2_loss (sum(t**2) / 2) is one kernel: measured 4x faster than reduce_sum(square) or a dot.
-    return 2.0 * tf.stack([tf.nn.l2_loss(tf.cast(g, tf.float32)) for g in grads])
+    squares = [2.0 * tf.nn.l2_loss(tf.cast(g, tf.float32)) for g in grads]
+    squares.append(tf.cast(last, tf.float32))
+    return tf.sqrt(tf.linalg.matvec(matrix, tf.stack(squares)))
+
+
+def assign_add(variable, value):
+    """`variable += value` (a Keras variable; inside a stateless scope, recorded there)."""
+    variable.assign_add(value)
 
 
 def _loss_scale(optimizer, trainable_variables):
     build_optimizer(optimizer, trainable_variables)
     if hasattr(optimizer, "dynamic_scale"):
         return tf.convert_to_tensor(optimizer.dynamic_scale.value)
-    return tf.constant(float(optimizer.loss_scale_factor or 1.0))
+    return optimizer.loss_scale_factor  # None or a float
 
 
 def wrap_train_step(model, metric, norms_fn):
@@ -72,7 +79,8 @@ def wrap_train_step(model, metric, norms_fn):
 
         def capturing_apply(grads, trainable_variables=None):
             grads = list(grads)
-            values = norms_fn(grads, _loss_scale(optimizer, trainable_variables))
+            dense = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+            values = norms_fn(dense, _loss_scale(optimizer, trainable_variables))
             metric.update_state(values)  # before the step's compute_metrics reads the metrics
             # The update runs after the norms have read the gradients, so that it may reuse their
             # buffers (TensorFlow forwards a buffer to an op only when nothing else still reads it).
