@@ -127,6 +127,21 @@ def test_g3a_disconnected_head_in_fit():
     assert history["grad_norm"][0] == pytest.approx(expected["grad_norm/head_a"], rel=1e-5)
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "Nadam", "Lion", "Ftrl", "Lamb"],
+)
+def test_every_keras_optimizer_leaves_the_logged_gradient_intact(name):
+    # PyTorch takes the norms after the update: no optimizer may have changed the gradients in place.
+    options = {"momentum": 0.9} if name == "SGD" else {}
+    model = mlp(getattr(keras.optimizers, name)(0.1, **options))
+    expected = gradkit.gradient_norm(model, X, Y)
+    before = model.get_weights()[0].copy()
+    history = fit(model, X, Y, GradientNormCallback())
+    assert history["grad_norm"][0] == pytest.approx(expected, rel=1e-5)
+    assert not np.allclose(model.get_weights()[0], before)  # the step did update the weights
+
+
 @pytest.mark.parametrize("clip", ["clipnorm", "global_clipnorm"])
 def test_norm_is_taken_before_clipping(clip):
     model = mlp(keras.optimizers.SGD(1.0, **{clip: 1e-3}))

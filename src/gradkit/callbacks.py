@@ -19,6 +19,10 @@ like any metric: progress bar, `History.history`, `CSVLogger` columns, TensorBoa
 - NaN and inf are reported as such (one bad step makes the epoch mean NaN/inf). Under dynamic loss
   scaling, steps that the LossScaleOptimizer skips for overflow therefore show inf or NaN.
 - Evaluation (`validation_data`, `evaluate`) reports no `grad_norm`.
+- Cost: the norms are a few operations per step on the gradients already in memory (one reduction per
+  weight, one product, the metric update). TensorFlow and JAX compile them into the step; on PyTorch
+  they run eagerly right after `optimizer.apply`, which assumes the optimizer leaves the gradient
+  tensors unchanged (every Keras optimizer does; each is tested).
 
 Per-layer TensorBoard histograms are not provided: the per-layer norms already reach TensorBoard as
 scalars, and histograms of the gradients themselves would need the tensors out of the compiled step.
