@@ -38,7 +38,6 @@ else:  # pragma: no cover - numpy/openvino have no autodiff
     )
 
 NAME = _name
-assign_add = _impl.assign_add
 EAGER = _impl.EAGER
 compile_grad = _impl.compile_grad
 variable_values = _impl.variable_values
@@ -46,6 +45,7 @@ wrap_train_step = _impl.wrap_train_step
 batch_multiple = _impl.batch_multiple
 distribute_batch = _impl.distribute_batch
 group_norms = _impl.group_norms
+assign_add = _impl.assign_add
 
 __all__ = [
     "NAME",
