@@ -1,33 +1,42 @@
 """Cost of `grad_norm` in `fit`: GradientNormCallback vs plain fit vs a callback that recomputes the norm.
 
 An MLP of about 1M parameters (784-1024-192-10), STEPS steps of batch 128 per `fit` call (200, as the
-issue asks). On this shared 2-core VM one fit of the same model varies by 5-10% from fit to fit (load
-from neighbours, in streaks), and one copy of a model can run up to 5% slower than an identical copy
-for a whole run (where its buffers landed), both more than the overhead being measured. So two
-identical models A and B each play both roles, and the fits come in pairs of rounds:
+issue asks). On this shared 2-core VM the machine's speed drifts by 10-15% in streaks of seconds
+(a numpy matmul loop shows the same streaks; no steal time is reported), more than the overhead being
+measured, and one copy of a model can run a few % slower than an identical copy. So:
 
-- round 1: fit A (tracked, GradientNormCallback), then B (plain); round 2: fit A (plain), then B
-  (tracked). The product of the two rounds' tracked/plain ratios has A's and B's own speeds, and the
-  first-or-second position, once in its numerator and once in its denominator: its square root is
-  the pair's overhead, free of both effects to first order.
-- overhead_ratio is the median over PAIRS of these pair overheads, with a bootstrap 95% interval.
-- control pairs (every third pair) run the same two rounds with nothing tracked: control_ratio, the
-  same estimator on two plain fits, is the noise floor of the measurement (1 up to noise).
-- naive_ratio (median of naive / plain in rounds of their own, a third copy of the model: the
-  recomputing callback doubles the step, so copy effects do not matter there) is for comparison.
+- The two fits of a round run at the same time, in two threads that take turns: each runs BURST (20)
+  steps, then hands the turn to the other (a batch-begin callback; JAX first waits for its queued
+  steps). Each fit's time is its wall time less the time it waited for its turn. Both fits thus see
+  the same streaks; within a burst the caches stay warm as in a normal fit. Not on TensorFlow (see
+  LOCKSTEP below), where the two fits of a round run one after the other.
+- Two identical models A and B each play both roles: round 1 tracks A (GradientNormCallback), round 2
+  tracks B. The square root of the product of the two rounds' tracked/plain ratios is the pair's
+  overhead, free of each copy's own speed and of who starts (A always does).
+- overhead_ratio is the median over the pairs, with a bootstrap 95% interval. Control pairs (every
+  third pair) run the same two rounds with nothing tracked: control_ratio is the noise floor (1 up to
+  noise).
+- naive_ratio (median of naive / plain in sequential rounds of their own, a third copy of the model:
+  the recomputing callback doubles the step, so drift and copy effects do not matter there) is for
+  comparison.
 
 Switching which model is tracked rebuilds its training function (a new trace on TensorFlow and
-JAX): a one-step fit after each switch does that outside the timing.
+JAX): a one-step fit after each switch does that outside the timing. The turn-taking callback
+implements no batch-end hook, so Keras keeps dispatching the batch-end callbacks asynchronously as
+in a plain fit.
 
 Section "grad_norm_fit" of results.json: plain_s, tracked_s (median seconds per fit), overhead_ratio,
 overhead_ci95, control_ratio, control_ci95, naive_ratio, the ratio of each pair (pair_overheads,
-control_pair_ratios) and the settings.
+control_pair_ratios), the design and the settings.
 
-    KERAS_BACKEND=jax python benchmarks/bench_norms.py      # BENCH_NORMS_STEPS, BENCH_NORMS_PAIRS
+    KERAS_BACKEND=jax python benchmarks/bench_norms.py
+
+Settings: BENCH_NORMS_STEPS (200), BENCH_NORMS_PAIRS (24), BENCH_NORMS_BURST (20), BENCH_NORMS_LOCKSTEP.
 """
 
 import os
 import sys
+import threading
 import time
 
 import keras
@@ -42,6 +51,11 @@ from common import merge  # noqa: E402
 STEPS = int(os.environ.get("BENCH_NORMS_STEPS", 200))
 BATCH = 128
 PAIRS = int(os.environ.get("BENCH_NORMS_PAIRS", 24))
+BURST = int(os.environ.get("BENCH_NORMS_BURST", 20))
+# Turn-taking everywhere but TensorFlow, whose fit prefetches batches in tf.data threads that keep
+# running during the other fit's turn (measured: pairs and controls scatter +-30% that way, against
+# +-5% for sequential fits). BENCH_NORMS_LOCKSTEP=1 or 0 forces one design.
+LOCKSTEP = os.environ.get("BENCH_NORMS_LOCKSTEP", str(int(keras.backend.backend() != "tensorflow"))) == "1"
 
 
 def build(weights=None):
@@ -77,6 +91,42 @@ class NaiveNorm(keras.callbacks.Callback):
         self.values.append(gradkit.gradient_norm(self.model, self.x[rows], self.y[rows]))
 
 
+class Turns(keras.callbacks.Callback):
+    """Makes two concurrent fits take turns: BURST steps each; counts the time spent waiting."""
+
+    async_safe = True  # no batch-end hook: Keras keeps its usual asynchronous batch-end dispatch
+
+    def __init__(self, shared, me):
+        super().__init__()
+        self.shared, self.me, self.waited = shared, me, 0.0
+
+    def _wait(self):
+        start = time.perf_counter()
+        with self.shared["cond"]:
+            self.shared["cond"].wait_for(lambda: self.shared["turn"] == self.me or self.shared["done"])
+        self.waited += time.perf_counter() - start
+
+    def hand_over(self, done=False):
+        with self.shared["cond"]:
+            self.shared["turn"] = 1 - self.me
+            self.shared["done"] = self.shared["done"] or done
+            self.shared["cond"].notify_all()
+
+    def on_train_begin(self, logs=None):
+        self._wait()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch and batch % BURST == 0:
+            state = getattr(self.model, "_jax_state", None)  # JAX: wait for the queued steps
+            if state:
+                keras.ops.convert_to_numpy(state["trainable_variables"][-1])
+            self.hand_over()
+            self._wait()
+
+    def on_train_end(self, logs=None):
+        self.hand_over(done=True)
+
+
 def median_ci(ratios, seed=0, n=2000):
     """Median of `ratios` and a bootstrap 95% interval for it."""
     ratios = np.asarray(ratios)
@@ -109,6 +159,28 @@ def run():
         )
         return time.perf_counter() - start
 
+    def lockstep(callbacks):
+        """Fits A and B at once, taking turns (A starts); each fit's seconds less its waits."""
+        shared = {"cond": threading.Condition(), "turn": 0, "done": False}
+        turns = [Turns(shared, i) for i in (0, 1)]
+        times, errors = [None, None], []
+
+        def run(i):
+            try:
+                times[i] = fit(pair[i], callbacks[i] + [turns[i]]) - turns[i].waited
+            except BaseException as error:  # let the other fit finish, then raise
+                errors.append(error)
+                turns[i].hand_over(done=True)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+        return times
+
     def set_tracked(index):
         """Tracks pair[index] only (None: neither); builds both training functions, untimed."""
         for i, model in enumerate(pair):
@@ -125,7 +197,8 @@ def run():
         for index in (0, 1):  # the tracked model of this round
             tracked = None if is_control else index
             set_tracked(tracked)
-            times = [fit(model, [tracking] if i == tracked else []) for i, model in enumerate(pair)]
+            callbacks = [[tracking] if i == tracked else [] for i in (0, 1)]
+            times = lockstep(callbacks) if LOCKSTEP else [fit(m, c) for m, c in zip(pair, callbacks)]
             ratios.append(times[index] / times[1 - index])
             if not is_control:
                 tracked_s.append(times[index])
@@ -153,6 +226,7 @@ def run():
             "naive_ratio": float(np.median(naive)),
             "steps": STEPS,
             "batch_size": BATCH,
+            "design": f"turns of {BURST} steps" if LOCKSTEP else "sequential fits",
             "pair_overheads": [round(r, 4) for r in overhead],
             "control_pair_ratios": [round(r, 4) for r in control],
             "params": n_params,
