@@ -184,13 +184,9 @@ def test_in_step_norms_by_hand():
     values = norms.NormValues([[0], [1, 2]])
     grads = [keras.ops.ones((2, 2)), None, keras.ops.convert_to_tensor([3.0, 4.0])]
     expected = [np.sqrt(29.0) / 2, 1.0, 2.5, 1.0]
-
-    def numbers(values):  # a float32 tensor, or Python floats on PyTorch's CPU
-        return [float(v) for v in values]
-
-    np.testing.assert_allclose(numbers(values(grads, 2.0)), expected, rtol=1e-6)
-    np.testing.assert_allclose(numbers(values(grads)), [np.sqrt(29.0), 2.0, 5.0, 1.0], rtol=1e-6)
-    assert numbers(values([None, None, None])) == [0.0, 0.0, 0.0, 1.0]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(values(grads, 2.0)), expected, rtol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(values(grads)), [np.sqrt(29.0), 2.0, 5.0, 1.0])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(values([None, None, None])), [0, 0, 0, 1])
 
 
 def test_metric_mean_counts_weighted_steps_and_starts_at_zero():
@@ -201,18 +197,6 @@ def test_metric_mean_counts_weighted_steps_and_starts_at_zero():
     assert {k: float(v) for k, v in metric.result().items()} == {"grad_norm": 4.0, "grad_norm/a": 2.0}
     metric.reset_state()
     assert float(metric.result()["grad_norm"]) == 0.0
-
-
-def test_metric_sums_host_values_on_the_host():
-    # The in-step norms on PyTorch's CPU arrive as Python floats: summed in Python, read as floats.
-    metric = GradientNormMetric(["grad_norm", "grad_norm/a"])
-    for step in ([3.0, 1.0, 1.0], [5.0, 3.0, 1.0], [0.0, 0.0, 0.0]):  # the last step does not count
-        metric.update_state(step)
-    assert metric.result() == {"grad_norm": 4.0, "grad_norm/a": 2.0}
-    metric.reset_state()
-    assert float(metric.result()["grad_norm"]) == 0.0
-    metric.update_state([float("nan"), 1.0, 1.0])
-    assert np.isnan(metric.result()["grad_norm"]) and metric.result()["grad_norm/a"] == 1.0
 
 
 def test_gradient_accumulation_logs_the_applied_update():

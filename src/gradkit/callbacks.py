@@ -22,9 +22,7 @@ like any metric: progress bar, `History.history`, `CSVLogger` columns, TensorBoa
 - Cost: the norms are a few operations per step on the gradients already in memory (one reduction per
   weight, one product, the metric update). TensorFlow and JAX compile them into the step; on PyTorch
   they run eagerly right after `optimizer.apply`, which assumes the optimizer leaves the gradient
-  tensors unchanged (every Keras optimizer does; each is tested). On PyTorch's CPU the squared norms
-  then come to the host in one copy and the sums and means are Python arithmetic (float64), so there
-  `grad_norm` reaches the logs as a Python float.
+  tensors unchanged (every Keras optimizer does; each is tested).
 
 Per-layer TensorBoard histograms are not provided: the per-layer norms already reach TensorBoard as
 scalars, and histograms of the gradients themselves would need the tensors out of the compiled step.
@@ -47,37 +45,20 @@ class GradientNormMetric(keras.metrics.Metric):
 
     `weight` is 1 for a step that counts; a step that does not (one that only accumulates gradients)
     passes all zeros. `sums` holds the running sums of the norms and of the weights, so a step costs
-    one addition; `result()` is their ratio (0 before any counted step). Values given as a list of
-    Python floats (the in-step norms on PyTorch's CPU, already on the host) are summed in Python
-    instead, with no tensor operation; `result()` then returns Python floats.
+    one addition; `result()` is their ratio (0 before any counted step).
     """
 
     def __init__(self, names, name=norms.PREFIX):
         super().__init__(name=name, dtype="float32")
         self.names = list(names)
         self.sums = self.add_variable(shape=(len(self.names) + 1,), initializer="zeros", name="sums")
-        self._host = None  # the running sums of host values, once there are any
 
     # Tensor operators rather than keras.ops: this runs in every training step, and on eager PyTorch a
     # keras.ops call costs 15-50 us of dtype handling, more than the operation. `values` is float32.
     def update_state(self, values):
-        if isinstance(values, list):
-            if self._host is None:
-                self._host = [0.0] * (len(self.names) + 1)
-            host = self._host
-            for i, value in enumerate(values):
-                host[i] += value
-        else:
-            backend.assign_add(self.sums, values)
-
-    def reset_state(self):
-        super().reset_state()
-        self._host = None
+        backend.assign_add(self.sums, values)
 
     def result(self):
-        if self._host is not None:
-            count = self._host[-1] + 1e-30
-            return {name: self._host[i] / count for i, name in enumerate(self.names)}
         sums = self.sums.value
         # The count is a whole number: adding 1e-30 changes no count >= 1 in float32, and before any
         # counted step it makes the mean 0 / 1e-30 = 0 rather than NaN. Indexing rather than unstack:

@@ -54,45 +54,50 @@ def result_names(layers):
 
 
 class NormValues:
-    """Callable `(grads, scale) -> vector [global norm, norm of group 1, ..., 1.0]` (in-step).
+    """Callable `(grads, scale) -> float32 vector [global norm, norm of group 1, ..., 1.0]` (in-step).
 
     Args:
         groups: index lists from `layer_groups`.
 
     One backend call, `backend.group_norms`, takes the squared norm of each gradient (one native
-    reduction, no copy) and sums them into the global and per-group norms. The last entry, 1.0, is
-    the step's weight in `GradientNormMetric`: its row picks the extra entry `last` = scale**2 (or
-    1), whose square root divided by `scale` is 1. The norms are
+    reduction, no copy) and sums them into the global and per-group norms with one product by a
+    constant 0/1 matrix, so a step costs a fixed handful of operations whatever the number of layers.
+    The last entry, 1.0, is the step's weight in `GradientNormMetric`: the matrix's last row picks the
+    extra entry `last` = scale**2 (or 1), whose square root divided by `scale` is 1. The norms are
     divided by `scale` (the loss-scale factor, None for none; a norm is linear in its argument, so
     this equals unscaling the gradients). None gradients count as zero; NaN and inf propagate to every
     norm whose weights hold them.
 
     No `keras.ops` here: on eager PyTorch a `keras.ops` call costs 15-50 us of dtype handling, more
-    than the tensor operation it wraps, and this runs in every training step. The vector is a float32
-    tensor, except on PyTorch's CPU where it is a list of Python floats (see `backend.group_norms`).
+    than the tensor operation it wraps, and this runs in every training step.
     """
 
     def __init__(self, groups):
         self.groups = [list(group) for group in groups]
         self._cache = {}
 
-    def _rows(self, present):
-        """For the global norm, each group and the weight: its entries' positions in
-        `[|g_1|^2, ..., |g_n|^2, last]` (the gradients in `present`)."""
+    def _constants(self, present):
+        """The 0/1 matrix `(1 + groups + 1, n + 1)` (global row, group rows, weight row) and a 1.0."""
         key = tuple(present)
-        if key not in self._cache:
-            column = {i: k for k, i in enumerate(present)}
-            groups = tuple(tuple(column[i] for i in group if i in column) for group in self.groups)
-            self._cache[key] = (tuple(range(len(present))),) + groups + ((len(present),),)
-        return self._cache[key]
+        if key in self._cache:
+            return self._cache[key]
+        column = {i: k for k, i in enumerate(present)}
+        matrix = np.zeros((2 + len(self.groups), len(present) + 1), np.float32)
+        matrix[0, :-1] = 1.0
+        for row, group in enumerate(self.groups, start=1):
+            matrix[row, [column[i] for i in group if i in column]] = 1.0
+        matrix[-1, -1] = 1.0
+        constants = keras.ops.convert_to_tensor(matrix), keras.ops.convert_to_tensor(1.0, "float32")
+        if backend.EAGER:  # traced backends build them inside each trace (a tensor is tied to its graph)
+            self._cache[key] = constants
+        return constants
 
     def __call__(self, grads, scale=None):
         present = [i for i, g in enumerate(grads) if g is not None]
-        last = 1.0 if scale is None else scale * scale
-        values = backend.group_norms([grads[i] for i in present], self._rows(present), last)
-        if scale is None:
-            return values
-        return [value / scale for value in values] if isinstance(values, list) else values / scale
+        matrix, one = self._constants(present)
+        last = one if scale is None else scale * scale
+        values = backend.group_norms([grads[i] for i in present], matrix, last)
+        return values if scale is None else values / scale
 
 
 def gradient_norm(

@@ -126,11 +126,10 @@ def _squared_norm(g):
     return jnp.sum(jnp.reshape(g * g, (-1, g.shape[-1])) @ jnp.ones((g.shape[-1],), jnp.float32))
 
 
-def group_norms(grads, rows, last):
-    """float32 `[sqrt(sum(s[k] for k in row)) for row in rows]`, `s = [|g_1|^2, ..., |g_n|^2, last]`."""
+def group_norms(grads, matrix, last):
+    """`sqrt(matrix @ [|g_1|^2, ..., |g_n|^2, last])`, float32."""
     squares = [_squared_norm(g) for g in grads] + [jnp.asarray(last, jnp.float32)]
-    zero = jnp.zeros((), jnp.float32)
-    return jnp.sqrt(jnp.stack([sum((squares[k] for k in row), zero) for row in rows]))
+    return jnp.sqrt(matrix @ jnp.stack(squares))
 
 
 def assign_add(variable, value):
