@@ -202,3 +202,27 @@ def test_torch_weights_untouched():
     flags = [v.value.requires_grad for v in model.trainable_variables]
     gradkit.input_gradient(model, G1_X, G1_Y)
     assert flags == [v.value.requires_grad for v in model.trainable_variables]
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="a TensorFlow log message; other backends have none")
+def test_one_function_per_model_logs_no_retracing_warning():
+    # TensorFlow counts traces per code object: seven models' gradients, each traced once, read to it
+    # as one function retraced seven times ("... triggered tf.function retracing").
+    import logging
+
+    import tensorflow as tf
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    tf.get_logger().addHandler(handler)
+    try:
+        for seed in range(7):
+            model = g1_model()
+            set_weights_from(model, seed=seed)
+            grad = gradkit.InputGradient(model)
+            grad(G1_X, G1_Y)
+            assert grad.trace_count == 1
+    finally:
+        tf.get_logger().removeHandler(handler)
+    assert not [r for r in records if "retracing" in r.getMessage()]

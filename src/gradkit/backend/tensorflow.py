@@ -1,11 +1,27 @@
 """TensorFlow backend: one `tf.function` per loss, differentiated with `tf.GradientTape`."""
 
+import logging
+
 import tensorflow as tf
 
 from gradkit.backend.single_device import batch_multiple, build_optimizer, distribute_batch  # noqa: F401
 from gradkit.errors import DisconnectedGradientError
 
 EAGER = False
+
+
+class _OwnTracesFilter(logging.Filter):
+    """Drops TensorFlow's "N out of the last N calls to ... triggered tf.function retracing" about
+    gradkit's own functions: TensorFlow counts traces per code object, so one `compile_grad` per model
+    (each traced once per input signature, see `trace_count`) reads to it as one function retracing.
+    """
+
+    def filter(self, record):
+        message = record.getMessage()
+        return "tf.function retracing" not in message or "compile_grad.<locals>" not in message
+
+
+tf.get_logger().addFilter(_OwnTracesFilter())
 
 
 def variable_values(variables, differentiable=False):
