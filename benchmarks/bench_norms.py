@@ -54,7 +54,7 @@ PAIRS = int(os.environ.get("BENCH_NORMS_PAIRS", 24))
 BURST = int(os.environ.get("BENCH_NORMS_BURST", 20))
 # Turn-taking everywhere but TensorFlow, whose fit prefetches batches in tf.data threads that keep
 # running during the other fit's turn (measured: pairs and controls scatter +-30% that way, against
-# +-5% for sequential fits). BENCH_NORMS_LOCKSTEP=1 or 0 forces one design.
+# +-10-15% for sequential fits). BENCH_NORMS_LOCKSTEP=1 or 0 forces one design.
 LOCKSTEP = os.environ.get("BENCH_NORMS_LOCKSTEP", str(int(keras.backend.backend() != "tensorflow"))) == "1"
 
 
@@ -165,14 +165,14 @@ def run():
         turns = [Turns(shared, i) for i in (0, 1)]
         times, errors = [None, None], []
 
-        def run(i):
+        def fit_in_turns(i):
             try:
                 times[i] = fit(pair[i], callbacks[i] + [turns[i]]) - turns[i].waited
             except BaseException as error:  # let the other fit finish, then raise
                 errors.append(error)
                 turns[i].hand_over(done=True)
 
-        threads = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
+        threads = [threading.Thread(target=fit_in_turns, args=(i,)) for i in (0, 1)]
         for thread in threads:
             thread.start()
         for thread in threads:
