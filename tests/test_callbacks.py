@@ -21,6 +21,18 @@ from conftest import set_weights_from
 X = np.random.RandomState(0).randn(8, 4).astype(np.float32)
 Y = np.arange(8) % 3
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+# PyTorch's CPU sums the in-step norms on the host ("host"); on an accelerator it keeps them in tensors
+# ("tensor"), a path the tests run on CPU by switching `_HOST_ON_CPU` off. TF and JAX compile them.
+NORM_PATHS = ["host", "tensor"] if keras.backend.backend() == "torch" else ["compiled"]
+
+
+@pytest.fixture(params=NORM_PATHS)
+def norm_path(request, monkeypatch):
+    if request.param == "tensor":
+        from gradkit.backend import torch as torch_backend
+
+        monkeypatch.setattr(torch_backend, "_HOST_ON_CPU", False)
+    return request.param
 
 
 def mlp(optimizer=None, regularizer=None):
@@ -43,7 +55,7 @@ def fit(model, x, y, callback=None, **kwargs):
 
 
 @pytest.mark.parametrize("weighted", [False, True])
-def test_logged_value_is_the_norm_before_each_step_over_two_fits(weighted):
+def test_logged_value_is_the_norm_before_each_step_over_two_fits(weighted, norm_path):
     model = mlp(regularizer=keras.regularizers.L2(0.01) if weighted else None)
     weights = np.linspace(0.0, 2.0, len(X)).astype(np.float32) if weighted else None
     callback = GradientNormCallback(per_layer=True)
@@ -58,7 +70,7 @@ def test_logged_value_is_the_norm_before_each_step_over_two_fits(weighted):
     assert [m.name for m in model.metrics].count("grad_norm") == 1
 
 
-def test_step_values_and_epoch_mean_nan_passes_through():
+def test_step_values_and_epoch_mean_nan_passes_through(norm_path):
     model = mlp(keras.optimizers.SGD(0.0))  # weights never change: each step's norm is its batch's
     batches = [gradkit.gradient_norm(model, X[i : i + 2], Y[i : i + 2]) for i in range(0, 8, 2)]
     callback = GradientNormCallback()
@@ -156,7 +168,7 @@ def test_norm_is_taken_before_clipping(clip):
         assert max(np.linalg.norm(s) for s in steps) == pytest.approx(1e-3, rel=1e-4)
 
 
-def test_mixed_float16_removes_the_loss_scale():
+def test_mixed_float16_removes_the_loss_scale(norm_path):
     reference = mlp()
     expected = gradkit.gradient_norm(reference, X, Y)
     keras.config.set_dtype_policy("mixed_float16")
@@ -178,7 +190,7 @@ def test_a_fixed_loss_scale_factor_is_removed():
     assert history["grad_norm"][0] == pytest.approx(expected, rel=1e-5)
 
 
-def test_in_step_norms_by_hand():
+def test_in_step_norms_by_hand(norm_path):
     # Groups: layer 1 owns weight 0, layer 2 weights 1 and 2; weight 1 has no gradient. |g0|^2 = 4,
     # |g2|^2 = 9 + 16 = 25, the loss scale 2 divides every norm, and the last entry is the weight 1.
     values = norms.NormValues([[0], [1, 2]])
@@ -189,17 +201,29 @@ def test_in_step_norms_by_hand():
     np.testing.assert_allclose(keras.ops.convert_to_numpy(values([None, None, None])), [0, 0, 0, 1])
 
 
-def test_metric_mean_counts_weighted_steps_and_starts_at_zero():
+@pytest.mark.parametrize("host", [False, True], ids=["tensor", "host"])
+def test_metric_mean_counts_weighted_steps_and_starts_at_zero(host):
     metric = GradientNormMetric(["grad_norm", "grad_norm/a"])
     assert [float(v) for v in metric.result().values()] == [0.0, 0.0]
-    for step in ([3.0, 1.0, 1.0], [5.0, 3.0, 1.0], [0.0, 0.0, 0.0]):  # the last step does not count
-        metric.update_state(keras.ops.convert_to_tensor(step))
-    assert {k: float(v) for k, v in metric.result().items()} == {"grad_norm": 4.0, "grad_norm/a": 2.0}
-    metric.reset_state()
-    assert float(metric.result()["grad_norm"]) == 0.0
+    for _ in range(2):  # two epochs: reset_state starts the host sums again
+        for step in ([3.0, 1.0, 1.0], [5.0, 3.0, 1.0], [0.0, 0.0, 0.0]):  # the last step does not count
+            metric.update_state(step if host else keras.ops.convert_to_tensor(step))
+        result = metric.result()
+        assert {k: float(v) for k, v in result.items()} == {"grad_norm": 4.0, "grad_norm/a": 2.0}
+        assert all(isinstance(v, float) for v in result.values()) == host  # host values stay Python floats
+        metric.reset_state()
+        assert float(metric.result()["grad_norm"]) == 0.0
 
 
-def test_gradient_accumulation_logs_the_applied_update():
+def test_logged_value_is_a_python_float_only_on_the_host_path(norm_path):
+    model = track_gradient_norm(mlp())
+    logs = model.train_on_batch(X, Y, return_dict=True)  # Keras converts the logs to Python floats
+    assert logs["grad_norm"] == pytest.approx(gradkit.gradient_norm(mlp(), X, Y), rel=1e-5)
+    metric_value = model._gradkit_grad_norm.result()["grad_norm"]
+    assert isinstance(metric_value, float) == (norm_path == "host")
+
+
+def test_gradient_accumulation_logs_the_applied_update(norm_path):
     model = mlp(keras.optimizers.SGD(0.1, gradient_accumulation_steps=2))
     replica = mlp()  # plain SGD(0.1): one step on the first 8 rows is the first accumulated update
     x, y = np.concatenate([X, X[::-1]]), np.concatenate([Y, Y[::-1]])

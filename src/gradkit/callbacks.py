@@ -22,7 +22,9 @@ like any metric: progress bar, `History.history`, `CSVLogger` columns, TensorBoa
 - Cost: the norms are a few operations per step on the gradients already in memory (one reduction per
   weight, one product, the metric update). TensorFlow and JAX compile them into the step; on PyTorch
   they run eagerly right after `optimizer.apply`, which assumes the optimizer leaves the gradient
-  tensors unchanged (every Keras optimizer does; each is tested).
+  tensors unchanged (every Keras optimizer does; each is tested). On PyTorch's CPU the squared norms
+  then come to the host, and the sums and means are Python arithmetic (float64): there `grad_norm`
+  reaches the logs as a Python float.
 
 Per-layer TensorBoard histograms are not provided: the per-layer norms already reach TensorBoard as
 scalars, and histograms of the gradients themselves would need the tensors out of the compiled step.
@@ -45,20 +47,41 @@ class GradientNormMetric(keras.metrics.Metric):
 
     `weight` is 1 for a step that counts; a step that does not (one that only accumulates gradients)
     passes all zeros. `sums` holds the running sums of the norms and of the weights, so a step costs
-    one addition; `result()` is their ratio (0 before any counted step).
+    one addition; `result()` is their ratio (0 before any counted step). Values given as a list of
+    Python floats (the in-step norms on PyTorch's CPU, already on the host) are summed in Python, in
+    float64, with no tensor operation, and `result()` then gives Python floats.
     """
 
     def __init__(self, names, name=norms.PREFIX):
         super().__init__(name=name, dtype="float32")
         self.names = list(names)
         self.sums = self.add_variable(shape=(len(self.names) + 1,), initializer="zeros", name="sums")
+        self._set_host_sums(None)  # the running sums of host values, once there are any
+
+    def _set_host_sums(self, sums):
+        # Not through Metric.__setattr__: its tracker would wrap the list (measured 15-25 us a step).
+        object.__setattr__(self, "_host_sums", sums)
 
     # Tensor operators rather than keras.ops: this runs in every training step, and on eager PyTorch a
     # keras.ops call costs 15-50 us of dtype handling, more than the operation. `values` is float32.
     def update_state(self, values):
-        backend.assign_add(self.sums, values)
+        if not isinstance(values, list):
+            backend.assign_add(self.sums, values)
+        elif self._host_sums is None:
+            self._set_host_sums(list(values))
+        else:
+            sums = self._host_sums
+            for i, value in enumerate(values):
+                sums[i] += value
+
+    def reset_state(self):
+        super().reset_state()
+        self._set_host_sums(None)
 
     def result(self):
+        if self._host_sums is not None:
+            count = self._host_sums[-1] + 1e-30
+            return {name: self._host_sums[i] / count for i, name in enumerate(self.names)}
         sums = self.sums.value
         # The count is a whole number: adding 1e-30 changes no count >= 1 in float32, and before any
         # counted step it makes the mean 0 / 1e-30 = 0 rather than NaN. Indexing rather than unstack:
@@ -145,8 +168,11 @@ def _make_steps(model, metric, layers):
         if scale is not None:
             grads = [g if g is None else g / scale for g in grads]
         grads = [g if g is None else (g + (0.0 if a is None else a)) / n for g, a in zip(grads, acc)]
+        values = values_of(grads)
+        if isinstance(values, list):  # Python floats (PyTorch's CPU); the iteration is on the host too
+            return values if (int(context["iteration"]) + 1) % n == 0 else [0.0] * len(values)
         update = keras.ops.equal(keras.ops.mod(context["iteration"] + 1, n), 0)
-        return keras.ops.where(update, values_of(grads), 0.0)
+        return keras.ops.where(update, values, 0.0)
 
     wrapped_train, test_step = backend.wrap_train_step(model, metric, norms_fn)
 
@@ -213,11 +239,12 @@ class GradientNormCallback(keras.callbacks.Callback):
     `grad_norm` (epoch mean of the step values, see the module docstring) reaches the progress bar,
     `History`, `CSVLogger` and TensorBoard. It also keeps the value of each step, recovered in float64
     from the running means in the batch logs: step n's value is n * mean_n - (n - 1) * mean_(n-1).
-    The means are float32, so a value's error grows with its step index n within the epoch, to about
-    2e-7 * n * mean_n (1e-5 of the mean at step 50, 2e-4 at step 1000); after a NaN or inf step, the
-    rest of the epoch's step values are NaN (its epoch mean is NaN/inf anyway). With
-    `steps_per_execution=k`, one value per k steps: their mean. Nothing is read from the model during
-    the epoch, so the callback is `async_safe` and keeps Keras' asynchronous callback dispatch on.
+    The means are float32 (float64 on PyTorch's CPU), so a value's error grows with its step index n
+    within the epoch, to about 2e-7 * n * mean_n (1e-5 of the mean at step 50, 2e-4 at step 1000;
+    in float64, 1e-16 * n * mean_n); after a NaN or inf step, the rest of the epoch's step values are
+    NaN (its epoch mean is NaN/inf anyway). With `steps_per_execution=k`, one value per k steps: their
+    mean. Nothing is read from the model during the epoch, so the callback is `async_safe` and keeps
+    Keras' asynchronous callback dispatch on.
     One instance may serve several `fit` calls: values accumulate. The tracking stays installed after
     `fit` (later `fit`, `train_on_batch` and `evaluate` calls reuse the compiled step, with
     `grad_norm` in their training logs); `gradkit.untrack_gradient_norm(model)` removes it.

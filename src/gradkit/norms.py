@@ -54,7 +54,7 @@ def result_names(layers):
 
 
 class NormValues:
-    """Callable `(grads, scale) -> float32 vector [global norm, norm of group 1, ..., 1.0]` (in-step).
+    """Callable `(grads, scale) -> vector [global norm, norm of group 1, ..., 1.0]` (in-step).
 
     Args:
         groups: index lists from `layer_groups`.
@@ -69,7 +69,8 @@ class NormValues:
     norm whose weights hold them.
 
     No `keras.ops` here: on eager PyTorch a `keras.ops` call costs 15-50 us of dtype handling, more
-    than the tensor operation it wraps, and this runs in every training step.
+    than the tensor operation it wraps, and this runs in every training step. The vector is a float32
+    tensor, or a list of Python floats where `backend.group_norms` gives one (PyTorch's CPU).
     """
 
     def __init__(self, groups):
@@ -97,7 +98,9 @@ class NormValues:
         matrix, one = self._constants(present)
         last = one if scale is None else scale * scale
         values = backend.group_norms([grads[i] for i in present], matrix, last)
-        return values if scale is None else values / scale
+        if scale is None:
+            return values
+        return [value / scale for value in values] if isinstance(values, list) else values / scale
 
 
 def gradient_norm(

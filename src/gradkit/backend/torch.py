@@ -4,6 +4,8 @@
 gradkit runs eagerly and counts distinct input signatures as its "traces".
 """
 
+import math
+
 import torch
 from keras import tree
 
@@ -11,6 +13,9 @@ from gradkit.backend.single_device import batch_multiple, build_optimizer, distr
 from gradkit.errors import DisconnectedGradientError
 
 EAGER = True
+# On CPU the in-step norms are summed on the host (see `group_norms`); False keeps them in tensors
+# there too, as on an accelerator (the tests run that path on CPU this way).
+_HOST_ON_CPU = True
 
 # Autograd nodes whose derivative is zero: a loss that reaches its inputs only through them does not
 # depend on them (argmax-like steps already give a loss without `grad_fn`).
@@ -80,22 +85,37 @@ def compile_grad(fn, wrt, per_output=False):
 
 
 def group_norms(grads, matrix, last):
-    """`sqrt(matrix @ [|g_1|^2, ..., |g_n|^2, last])`, float32, for `grads` that need no autograd graph.
+    """`sqrt(matrix @ [|g_1|^2, ..., |g_n|^2, last])` for `grads` that need no autograd graph.
 
-    One BLAS dot per gradient on a flat view (no copy), then one product and one square root. Eager
-    PyTorch pays 3-5 us per small operation in a loop but 20-70 us right after a training step's
-    kernels (measured), as much as the dots of a small model, so this is as few operations as the
-    value allows: a 1-D gradient is not reshaped.
+    One BLAS dot per gradient on a flat view (no copy). On CPU the rest is plain Python on a few
+    numbers: each square comes to the host with `item()`, and the result is a list of Python floats
+    (float64 sums). Right after a training step's kernels every small tensor operation costs 10-40 us
+    (measured in the step; numpy's too), so a tensor result's stack, product, square root, metric
+    update and metric result took about 180 us a step after the dots' 250-300 us, for a 1M-weight
+    MLP; the Python arithmetic takes under 20 us. On an accelerator, where `item()` would wait for
+    the device, the result is a float32 tensor computed there.
     """
     squares = []
     for g in grads:
         g = g if g.dtype == torch.float32 else g.float()
         g = g if g.ndim == 1 else g.reshape(-1)
         squares.append(torch.dot(g, g))
+    if _HOST_ON_CPU and matrix.device.type == "cpu":
+        host = [square.item() for square in squares]
+        host.append(last.item() if isinstance(last, torch.Tensor) else float(last))
+        return [math.sqrt(sum(host[k] for k in row)) for row in _rows(matrix)]
     if not isinstance(last, torch.Tensor):
         last = torch.as_tensor(last, dtype=torch.float32, device=matrix.device)
     squares.append(last)
     return torch.mv(matrix, torch.stack(squares)).sqrt_()
+
+
+def _rows(matrix):
+    """The column indices of the ones in each row of the constant 0/1 `matrix`, kept on the tensor."""
+    rows = getattr(matrix, "_gradkit_rows", None)
+    if rows is None:
+        rows = matrix._gradkit_rows = [torch.nonzero(row).flatten().tolist() for row in matrix]
+    return rows
 
 
 def assign_add(variable, value):
@@ -107,7 +127,8 @@ def assign_add(variable, value):
 def _loss_scale(optimizer, trainable_variables):
     build_optimizer(optimizer, trainable_variables)
     if hasattr(optimizer, "dynamic_scale"):
-        return optimizer.dynamic_scale.value.detach()
+        scale = optimizer.dynamic_scale.value.detach()
+        return scale.item() if _HOST_ON_CPU and scale.device.type == "cpu" else scale  # as the norms
     return optimizer.loss_scale_factor  # None or a float
 
 
@@ -129,11 +150,12 @@ def wrap_train_step(model, metric, norms_fn):
                 metric.update_state(norms_fn(grads, scale))  # before the step's compute_metrics
             return result
 
-        optimizer.apply = capturing_apply
+        # Not through the optimizer's __setattr__, whose tracker costs 10-20 us a step.
+        object.__setattr__(optimizer, "apply", capturing_apply)
         try:
             logs = dict(step_cls.train_step(model, data))
         finally:
-            del optimizer.apply
+            object.__delattr__(optimizer, "apply")
         if any(key not in logs for key in metric.result_names()):  # a train_step that skips the metrics
             logs.update(metric.result())
         return logs
