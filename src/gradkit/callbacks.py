@@ -59,7 +59,7 @@ class GradientNormMetric(keras.metrics.Metric):
         self._set_host_sums(None)  # the running sums of host values, once there are any
 
     def _set_host_sums(self, sums):
-        # Not through Metric.__setattr__: its tracker would wrap the list (measured 15-25 us a step).
+        # Not through Metric.__setattr__: its tracker would wrap the list in a tracked list.
         object.__setattr__(self, "_host_sums", sums)
 
     # Tensor operators rather than keras.ops: this runs in every training step, and on eager PyTorch a

@@ -150,7 +150,7 @@ def wrap_train_step(model, metric, norms_fn):
                 metric.update_state(norms_fn(grads, scale))  # before the step's compute_metrics
             return result
 
-        # Not through the optimizer's __setattr__, whose tracker costs 10-20 us a step.
+        # Not through the optimizer's __setattr__: its tracker would run in every step.
         object.__setattr__(optimizer, "apply", capturing_apply)
         try:
             logs = dict(step_cls.train_step(model, data))
