@@ -10,8 +10,9 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
 - `variable_values(variables, differentiable)`: the current values of Keras variables, passed as
   arguments so that later training is seen without recompiling.
 - `EAGER`: True where nothing is traced (PyTorch); gradkit then counts distinct input signatures.
-- `group_norms(grads, matrix, last)`: float32 vector `sqrt(matrix @ [|g_1|^2, ..., |g_n|^2, last])`
-  for a list of dense gradients (the in-step norms of `gradkit.norms.NormValues`).
+- `group_norms(grads, matrix, last)`: `sqrt(matrix @ [|g_1|^2, ..., |g_n|^2, last])` for a list of
+  dense gradients (the in-step norms of `gradkit.norms.NormValues`): a float32 tensor, or a list of
+  Python floats where the gradients are on the host anyway (PyTorch's CPU).
 - `assign_add(variable, value)`: `variable += value` for a Keras variable, the cheapest way the
   backend has (the in-step metric update).
 - `wrap_train_step(model, metric, norms_fn)`: `(train_step, test_step)` that record the norms of the
