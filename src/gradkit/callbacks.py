@@ -63,7 +63,8 @@ class GradientNormMetric(keras.metrics.Metric):
         object.__setattr__(self, "_host_sums", sums)
 
     # Tensor operators rather than keras.ops: this runs in every training step, and on eager PyTorch a
-    # keras.ops call costs 15-50 us of dtype handling, more than the operation. `values` is float32.
+    # keras.ops call costs 15-50 us of dtype handling, more than the operation. `values` is a float32
+    # tensor, or a list of Python floats (host values).
     def update_state(self, values):
         if not isinstance(values, list):
             backend.assign_add(self.sums, values)

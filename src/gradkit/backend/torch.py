@@ -92,7 +92,7 @@ def group_norms(grads, matrix, last):
     (float64 sums). Right after a training step's kernels every small tensor operation costs 10-40 us
     (measured in the step; numpy's too), so a tensor result's stack, product, square root, metric
     update and metric result took about 180 us a step after the dots' 250-300 us, for a 1M-weight
-    MLP; the Python arithmetic takes under 20 us. On an accelerator, where `item()` would wait for
+    MLP; the Python arithmetic takes about 20 us. On an accelerator, where `item()` would wait for
     the device, the result is a float32 tensor computed there.
     """
     squares = []
