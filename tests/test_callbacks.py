@@ -268,6 +268,18 @@ def test_train_on_batch_and_recompile_and_untrack():
     assert metric not in model.metrics and "grad_norm" not in fit(model, X, Y)
 
 
+def test_a_tracked_model_saves_and_loads_without_the_tracking(tmp_path):
+    model = mlp()
+    fit(model, X, Y, GradientNormCallback(per_layer=True))
+    path = str(tmp_path / "tracked.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    np.testing.assert_allclose(loaded.predict(X, verbose=0), model.predict(X, verbose=0), rtol=1e-6)
+    assert not any(key.startswith("grad_norm") for key in fit(loaded, X, Y))
+    expected = gradkit.gradient_norm(model, X, Y)  # the saved model is still tracked and trains on
+    assert fit(model, X, Y)["grad_norm"][0] == pytest.approx(expected, rel=1e-5)
+
+
 class Subclassed(keras.Model):
     def __init__(self):
         super().__init__()
