@@ -216,6 +216,7 @@ def three_units():
         ({"learning_rate": -1.0}, Y3, ValueError, "learning_rate"),
         ({"build_fn": 3}, Y3, TypeError, "build_fn"),
         ({"build_fn": lambda: 3}, Y3, TypeError, "build_fn"),
+        ({"build_fn": three_units()}, Y3, TypeError, "build_fn` must be a function .* not a model"),
         ({"build_fn": uncompiled}, Y3, ValueError, "compiled"),
         ({"build_fn": no_loss}, Y3, ValueError, "loss"),
         ({"build_fn": three_units}, Y3 % 2, ValueError, "3 output units"),
@@ -269,6 +270,8 @@ def test_as_ensemble_works_with_input_gradient():
     ens = est.as_ensemble()
     assert isinstance(ens, gradkit.WeightedEnsemble) and ens.weights == tuple(est.estimator_weights_)
     np.testing.assert_array_equal(ens.predict(x), est.predict(x))
+    with pytest.raises(ValueError, match="feature shape"):  # checked before the members predict
+        est.predict(x[:, :1])
     grad = gradkit.input_gradient(ens, x[:8], y[:8])
     assert grad.shape == (8, 2) and np.all(np.isfinite(grad)) and np.abs(grad).max() > 0
     np.testing.assert_allclose(grad, analytic_gradient(ens, x[:8], y[:8]), rtol=1e-4, atol=1e-6)

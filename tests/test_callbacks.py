@@ -268,6 +268,19 @@ def test_train_on_batch_and_recompile_and_untrack():
     assert metric not in model.metrics and "grad_norm" not in fit(model, X, Y)
 
 
+def test_tensorboard_scalars_equal_the_history(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+
+    callbacks = [GradientNormCallback(per_layer=True), keras.callbacks.TensorBoard(str(tmp_path))]
+    history = mlp().fit(X, Y, batch_size=4, epochs=2, verbose=0, callbacks=callbacks).history
+    events = EventAccumulator(str(tmp_path / "train"), size_guidance={"tensors": 0})
+    events.Reload()
+    for key in ("grad_norm", "grad_norm/hidden", "grad_norm/logits"):
+        logged = [float(make_ndarray(event.tensor_proto)) for event in events.Tensors(f"epoch_{key}")]
+        np.testing.assert_allclose(logged, history[key], rtol=1e-6)
+
+
 def test_a_tracked_model_saves_and_loads_without_the_tracking(tmp_path):
     model = mlp()
     fit(model, X, Y, GradientNormCallback(per_layer=True))

@@ -135,6 +135,17 @@ def test_console_script_exit_code():
     assert "`epsilons` must hold finite numbers >= 0" in proc.stderr
 
 
+def test_python_dash_m_runs_the_same_command_line():
+    proc = subprocess.run(
+        [sys.executable, "-m", "gradkit", "study", "--epsilons", "-1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "`epsilons` must hold finite numbers >= 0" in proc.stderr
+
+
 def test_devices_needs_jax_and_existing_devices(capsys, tmp_path):
     out = tmp_path / "run"
     code, err = _main(capsys, "--quick", "--devices", "64", "--out", str(out))

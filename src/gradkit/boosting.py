@@ -49,7 +49,7 @@ from sklearn.utils.validation import check_is_fitted
 from tqdm import tqdm
 
 from gradkit import losses as losses_lib
-from gradkit import persistence
+from gradkit import persistence, validation
 from gradkit.ensemble import WeightedEnsemble
 from gradkit.ensemble import predict as ensemble_predict
 
@@ -163,7 +163,13 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
         checks = [
             (_is_int(n) and n >= 1, "n_estimators", n, "an integer >= 1"),
             (_is_real(lr) and lr > 0, "learning_rate", lr, "a finite number > 0"),
-            (callable(fn), "build_fn", fn, "a callable returning a learner", TypeError),
+            (
+                callable(fn) and not _is_keras(fn),
+                "build_fn",
+                fn,
+                "a function that returns a new learner each round (e.g. a compiled keras.Model), not a model",
+                TypeError,
+            ),
             (kwargs is None or isinstance(kwargs, dict), "fit_kwargs", kwargs, "a dict or None", TypeError),
             (
                 not {"x", "y", "sample_weight"} & set(kwargs or {}),
@@ -353,6 +359,8 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
 
     def _member_ids(self, x):
         check_is_fitted(self)
+        if all(_is_keras(m) for m in self.estimators_):  # the input shape checked before predicting
+            x, _ = validation.check_x(self.estimators_[0], x, require_float=False)
         return [_predict_ids(m, x) for m in self.estimators_]
 
     def _votes(self, ids, weight):

@@ -10,9 +10,10 @@ like any metric: progress bar, `History.history`, `CSVLogger` columns, TensorBoa
   `global_clipnorm`, `clipvalue` act inside the optimizer) and with the loss-scale factor of mixed
   precision (`LossScaleOptimizer.dynamic_scale`, or an optimizer's `loss_scale_factor`) divided out.
   It equals `gradkit.gradient_norm` on the same weights and batch.
-- The logged value is the mean of the step values since the metrics were last reset, like Keras'
-  `loss`: the running mean during an epoch, the epoch mean in `History`. `train_on_batch` resets the
-  metrics by default, so there it is the norm of that batch.
+- The logged value is the plain mean of the step values since the metrics were last reset: the
+  running mean during an epoch, the epoch mean in `History`. Each step counts once, whatever its batch
+  size (Keras weights `loss` by batch size instead, so a short last batch counts less there).
+  `train_on_batch` resets the metrics by default, so there it is the norm of that batch.
 - With `gradient_accumulation_steps=k`, a value exists only for steps that update the weights: the norm
   of the update's gradient (the mean of the k accumulated gradients); the other steps are not counted
   (before the first counted step the logged value is 0).

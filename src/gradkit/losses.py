@@ -105,8 +105,8 @@ def check_labels(y, n, n_classes, spec, name="y"):
         TypeError: `y` is not array-like.
     """
     arr = np.asarray(y)
-    if arr.dtype == object:
-        raise TypeError(f"`{name}` must be a numeric array. Received: {name} of dtype object")
+    if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise TypeError(f"`{name}` must be a numeric array. Received: {name} of dtype {arr.dtype}")
     if arr.ndim == 0 or arr.shape[0] != n:
         raise ValueError(f"`{name}` must have one row per sample ({n}). Received: {name}.shape={arr.shape}")
     if not np.all(np.isfinite(arr.astype(np.float64))):
@@ -132,10 +132,17 @@ def check_labels(y, n, n_classes, spec, name="y"):
             )
         return arr.argmax(axis=1).astype(np.int32)
     flat = arr.reshape(n, -1)
-    if flat.shape[1] != 1 or np.any(flat != np.round(flat)):
+    if flat.shape[1] != 1:
         raise ValueError(
             f"`{name}` must hold class ids of shape (n,) or one-hot rows of shape (n, {n_classes}). "
             f"Received: {name}.shape={arr.shape}"
+        )
+    fractional = np.flatnonzero(flat[:, 0] != np.round(flat[:, 0]))
+    if fractional.size:
+        i = int(fractional[0])
+        raise ValueError(
+            f"`{name}` must hold integer class ids. Received: {fractional.size} non-integer value(s), "
+            f"the first {name}[{i}]={flat[i, 0]!r}"
         )
     ids = flat[:, 0].astype(np.int64)
     if ids.min() < 0 or (n_classes and ids.max() >= n_classes):  # n_classes 0: unknown (subclassed)

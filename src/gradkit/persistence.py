@@ -19,10 +19,11 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 
 import keras
 import numpy as np
+
+from gradkit.atomic import write_temporary
 
 FORMAT = "gradkit.boosting"
 VERSION = 1
@@ -57,11 +58,6 @@ def _sha256(filename):
     return digest.hexdigest()
 
 
-def _fsync(filename):
-    with open(filename, "rb") as f:
-        os.fsync(f.fileno())
-
-
 def _fsync_dir(path):
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -76,16 +72,8 @@ def _fsync_dir(path):
 
 
 def _atomic(path, suffix, write):
-    """Runs `write(tmp)` on a temporary file in `path`, fsyncs it; returns the temporary name."""
-    fd, tmp = tempfile.mkstemp(dir=path, prefix=_TMP, suffix=suffix)
-    os.close(fd)
-    try:
-        write(tmp)
-        _fsync(tmp)
-    except BaseException:
-        os.remove(tmp)
-        raise
-    return tmp
+    """Runs `write(tmp)` on a temporary file in `path`, flushed to disk; returns the temporary name."""
+    return write_temporary(path, write, prefix=_TMP, suffix=suffix)
 
 
 def _write_member(model, path, index):

@@ -9,9 +9,10 @@ import csv
 import math
 import numbers
 import os
-import tempfile
 
 import numpy as np
+
+from gradkit.atomic import write_atomic
 
 SIZE = (6.4, 4.0)  # inches
 DPI = 100  # so images are 640 x 400 pixels
@@ -34,16 +35,8 @@ def _check_path(path):
 
 
 def _save(fig, path):
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".png.tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=DPI)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI))
     return path
 
 

@@ -36,7 +36,6 @@ References:
     adversarial attacks", ICLR, https://arxiv.org/abs/1706.06083 (PGD).
 """
 
-import contextlib
 import csv
 import dataclasses
 import hashlib
@@ -44,7 +43,6 @@ import json
 import math
 import numbers
 import os
-import tempfile
 import time
 import warnings
 
@@ -54,6 +52,7 @@ from tqdm import tqdm
 
 from gradkit import backend as gradkit_backend
 from gradkit import datasets
+from gradkit.atomic import write_atomic
 from gradkit.ensemble import as_ensemble
 
 MODELS = ("single", "adaboost_m1", "adv_boost")
@@ -75,10 +74,6 @@ DEFAULTS = {
 }
 QUICK = {"epsilons": [0.0, 0.1, 0.3], "n_estimators": 2, "epochs": 3}
 _MINIMUM = {"n_estimators": 1, "epochs": 1, "seed": 0, "batch_size": 1, "pgd_steps": 1}
-
-
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
 
 
 def _fit_devices(data, batch_size):
@@ -477,22 +472,6 @@ def _read_json(path):
         raise ConfigError(f"{path!r} is unreadable ({err}): remove it or use another --out.") from err
 
 
-def _atomic(path, write):
-    """Calls `write(tmp_path)`, then moves the temporary file onto `path`; removes it on failure."""
-    fd, tmp = tempfile.mkstemp(
-        dir=os.path.dirname(os.path.abspath(path)), prefix=".tmp-", suffix=os.path.splitext(path)[1]
-    )
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; give the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
-
-
 def _write_text(path, write):
     """Writes a text file atomically: `write(f)` gets the open temporary file."""
 
@@ -500,7 +479,7 @@ def _write_text(path, write):
         with open(tmp, "w", encoding="utf-8", newline="") as f:
             write(f)
 
-    _atomic(path, write_text)
+    write_atomic(path, write_text)
 
 
 def _write_json(obj, path):
@@ -510,7 +489,7 @@ def _write_json(obj, path):
 def _save_model(model, path):
     """`single.keras` atomically; ensembles through their `save()` (atomic per file)."""
     if isinstance(model, keras.Model):
-        _atomic(path, model.save)
+        write_atomic(path, model.save)
     else:
         model.save(path)
 

@@ -57,9 +57,14 @@ def check_x(model, x, *, name="x", require_float=True):
     else:
         given = list(x) if isinstance(x, (list, tuple)) else [x]
         if specs and len(given) != len(specs):
+            hint = (
+                f" (a list or tuple is read as one array per input: pass np.asarray({name}) for one input)"
+                if len(specs) == 1
+                else ""
+            )
             raise ValueError(
                 f"`{name}` must have {len(specs)} input array(s), one per model input "
-                f"{input_names(model)}. Received: {len(given)}"
+                f"{input_names(model)}. Received: {len(given)}{hint}"
             )
         arrays = [np.asarray(a) for a in given]
         pairs = [
