@@ -1,33 +1,27 @@
 """Atomic writes: whole files with the usual permissions, no temporary left, the old file kept on failure."""
 
 import os
+import pathlib
 
 import keras
 import numpy as np
 import pytest
 
 import gradkit
+from gradkit import atomic
 from gradkit.atomic import write_atomic
 
 USUAL = 0o666 & ~0o027  # the umask the fixture sets
 
 
 @pytest.fixture
-def umask_027():
-    old = os.umask(0o027)
-    try:
-        import gradkit.atomic
-
-        saved, gradkit.atomic._UMASK = gradkit.atomic._UMASK, 0o027
-        yield
-        gradkit.atomic._UMASK = saved
-    finally:
-        os.umask(old)
+def umask_027(monkeypatch):
+    monkeypatch.setattr(atomic, "_UMASK", 0o027)  # as if the process umask were 027
 
 
 def test_written_file_has_the_usual_permissions_and_no_temporary_stays(tmp_path, umask_027):
     path = tmp_path / "a.txt"
-    write_atomic(str(path), lambda tmp: open(tmp, "w").write("one"))
+    write_atomic(str(path), lambda tmp: pathlib.Path(tmp).write_text("one"))
     assert path.read_text() == "one" and os.stat(path).st_mode & 0o777 == USUAL
     assert os.listdir(tmp_path) == ["a.txt"]
 
@@ -37,7 +31,7 @@ def test_failed_write_keeps_the_old_file_and_removes_the_temporary(tmp_path):
     path.write_text("old")
 
     def fail(tmp):
-        open(tmp, "w").write("half")
+        pathlib.Path(tmp).write_text("half")
         raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError, match="disk full"):
