@@ -70,9 +70,17 @@ def test_predictions_hard_and_soft():
         (None, [1.0, -0.5], ValueError, ">= 0"),
         (None, [0.0, 0.0], ValueError, "not all zero"),
         (None, [1.0, np.nan], ValueError, "finite"),
+        ("four classes", None, ValueError, r"`models\[1\]` has outputs of shape \[\(4,\)\].*\[\(3,\)\]"),
+        ("five features", None, ValueError, r"`models\[1\]` has inputs of shape \[\(5,\)\].*\[\(4,\)\]"),
     ],
 )
 def test_bad_arguments(models, weights, error, match):
+    other = {"four classes": ((4,), 4), "five features": ((5,), 3)}.get(
+        models if isinstance(models, str) else ""
+    )
+    if other:
+        odd = keras.Sequential([keras.Input(other[0]), keras.layers.Dense(other[1])])
+        models = [member(1), odd]
     models = [member(1), member(2)] if models is None else models
     with pytest.raises(error, match=match):
         gradkit.WeightedEnsemble(models, weights)
@@ -122,3 +130,12 @@ def test_attack_labels_are_the_ensemble_vote_of_the_attacked_output():
     from gradkit.attacks import _base
 
     np.testing.assert_array_equal(_base.predict_labels(grad, X), ens.predict(X, output="b"))
+
+
+def test_flags_must_be_bools():
+    with pytest.raises(TypeError, match="`normalize_gradients` must be True or False"):
+        gradkit.WeightedEnsemble([member(1)], normalize_gradients="yes")
+    with pytest.raises(TypeError, match="`training` must be True or False. Received: training='no'"):
+        gradkit.InputGradient(member(1), training="no")
+    with pytest.raises(TypeError, match="`include_regularization` must be True or False"):
+        gradkit.WeightGradient(member(1), include_regularization=1)

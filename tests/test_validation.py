@@ -75,3 +75,22 @@ def test_non_default_reduction_rejected(model):
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
     with pytest.raises(ValueError, match="reduction='sum'"):
         gradkit.weight_gradients(model, X, [0, 1, 2], loss=loss)
+
+
+class Subclassed(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(3)
+
+    def call(self, x):
+        return self.dense(x)
+
+
+def test_subclassed_model_labels_are_checked_against_its_traced_class_count():
+    model = Subclassed()
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model(X)
+    for fn in (gradkit.input_gradient, gradkit.weight_gradients):
+        with pytest.raises(ValueError, match=r"outside \[0, 2\]. Received: min=0, max=7"):
+            fn(model, X, [0, 7, 1])
+    assert gradkit.input_gradient(model, X, [0, 2, 1]).shape == (3, 4)

@@ -124,3 +124,33 @@ def test_compiled_once_and_sees_new_weights():
     np.testing.assert_allclose(grad, [[10.0]], rtol=1e-6)
     fn = next(v for k, v in vars(model)["_gradkit_cache"].items() if k[0] == "weights")
     assert fn.trace_count == 1
+
+
+@pytest.mark.parametrize(
+    "loss, loss_weights",
+    [
+        ({"cls": "sparse_categorical_crossentropy", "reg": "mse"}, {"cls": 1.0, "reg": 0.3}),
+        (["sparse_categorical_crossentropy", "mse"], [1.0, 0.0]),
+        ("mse", 0.5),  # one loss and one weight for both heads (cls then takes one-hot mse targets)
+    ],
+)
+def test_compiled_loss_weights_weigh_the_heads_as_the_sgd_step(loss, loss_weights):
+    inputs = keras.Input((5,))
+    hidden = keras.layers.Dense(4, activation="tanh")(inputs)
+    heads = [
+        keras.layers.Dense(3, activation="softmax", name="cls")(hidden),
+        keras.layers.Dense(1, name="reg")(hidden),
+    ]
+    model = set_weights_from(keras.Model(inputs, heads))
+    model.compile(optimizer=keras.optimizers.SGD(1.0), loss=loss, loss_weights=loss_weights)
+    rng = np.random.RandomState(0)
+    x, y = rng.randn(12, 5).astype(np.float32), [rng.randint(0, 3, 12), 10 * rng.randn(12, 1)]
+    if loss == "mse":
+        y[0] = np.eye(3, dtype=np.float32)[y[0]]
+    grads = gradkit.weight_gradients(model, x, y)
+    norm = gradkit.gradient_norm(model, x, y)
+    before = model.get_weights()
+    model.fit(x, y, batch_size=12, epochs=1, verbose=0, shuffle=False)
+    for g, b, a in zip(grads, before, model.get_weights()):
+        np.testing.assert_allclose(g, b - a, rtol=2e-4, atol=1e-6)
+    assert norm == pytest.approx(np.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads)))

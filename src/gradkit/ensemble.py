@@ -27,6 +27,25 @@ def predict(model, x, batch_size=256):
     return tree.map_structure(lambda o: np.asarray(o)[:n], out)
 
 
+def _shapes(tensors):
+    return [tuple(t.shape[1:]) for t in tensors or []]
+
+
+def _check_same_shapes(models):
+    """Raises ValueError when members' known input or output shapes differ (subclassed ones skip)."""
+    first = next((m for m in models if getattr(m, "outputs", None)), None)
+    for i, model in enumerate(models):
+        if first is None or not getattr(model, "outputs", None):
+            continue
+        for what in ("inputs", "outputs"):
+            mine, theirs = _shapes(getattr(model, what)), _shapes(getattr(first, what))
+            if mine != theirs:
+                raise ValueError(
+                    f"`models` must share input and output shapes: `models[{i}]` has {what} of shape "
+                    f"{mine} (batch axis left out), another member {theirs}."
+                )
+
+
 class WeightedEnsemble:
     """A weighted ensemble of Keras classifiers, as built by boosting.
 
@@ -43,8 +62,10 @@ class WeightedEnsemble:
             does not dominate the sign. Defaults to False.
 
     Raises:
-        ValueError: empty `models`, a length mismatch, or negative/non-finite/all-zero `weights`.
-        TypeError: a member that is not a Keras model.
+        ValueError: empty `models`, members whose input or output shapes differ (where Keras knows
+            them: not for subclassed models), a length mismatch, or negative/non-finite/all-zero
+            `weights`.
+        TypeError: a member that is not a Keras model, or `normalize_gradients` not a bool.
 
     Example:
         >>> ens = WeightedEnsemble([m1, m2], [0.7, 0.3])      # doctest: +SKIP
@@ -58,6 +79,7 @@ class WeightedEnsemble:
         for i, model in enumerate(models):
             if not isinstance(model, keras.Model):
                 raise TypeError(f"`models[{i}]` must be a keras.Model. Received: {type(model).__name__}")
+        _check_same_shapes(models)
         if weights is None:
             weights = np.full(len(models), 1.0 / len(models))
         w = np.asarray(weights, dtype=np.float64)
@@ -71,7 +93,7 @@ class WeightedEnsemble:
             )
         self.models = tuple(models)
         self.weights = tuple(float(v) for v in w)
-        self.normalize_gradients = bool(normalize_gradients)
+        self.normalize_gradients = validation.check_flag(normalize_gradients, "normalize_gradients")
 
     def __len__(self):
         return len(self.models)

@@ -51,8 +51,12 @@ class InputGradient:
     Args:
         model: a built Keras model (Sequential, Functional or subclassed) or a `WeightedEnsemble`.
         loss: None (default: each model's compiled loss), a loss name, a `keras.losses.Loss` or a
-            callable `fn(y_true, y_pred) -> per-sample loss`. Cross-entropy on a softmax output is
-            computed from the logits before the softmax (see `gradkit.losses`). For cross-entropy
+            callable `fn(y_true, y_pred) -> per-sample loss`. Cross-entropy on a softmax (sigmoid)
+            output is computed from the logits before it (see `gradkit.losses`) when the model is
+            Sequential or Functional and its output layer applies the activation. Otherwise (a
+            subclassed model, a nested model as the last layer) the probabilities are used as Keras'
+            loss uses them: on JAX and PyTorch, samples with a saturated softmax then get zero
+            gradients (TensorFlow's Keras recovers the logits itself). For cross-entropy
             losses this is the plain cross-entropy of the hard labels, the loss attacks maximize
             (as in ART and foolbox): a compiled `label_smoothing` or `ignore_class` is not applied
             (weight gradients, which reproduce `fit`, do apply them).
@@ -93,7 +97,7 @@ class InputGradient:
 
     def __init__(self, model, *, loss=None, training=False, output=None, batch_size=None):
         self.ensemble = as_ensemble(model)
-        self.training = bool(training)
+        self.training = validation.check_flag(training, "training")
         self.batch_size = validation.check_batch_size(batch_size)
         first = self.ensemble.models[0]
         self.output_index = validation.output_index(first, output)
@@ -140,7 +144,8 @@ class InputGradient:
         x, n = validation.check_x(first, x)
         if y is None:
             raise ValueError("`y` is required for input gradients. Received: y=None")
-        labels = losses_lib.check_labels(y, n, self.n_classes, self.spec)
+        n_classes = self.n_classes or validation.n_outputs(first, self.output_index, x)  # subclassed
+        labels = losses_lib.check_labels(y, n, n_classes, self.spec)
         return x, labels, validation.check_sample_weight(sample_weight, n), n
 
     def __call__(self, x, y, sample_weight=None):
@@ -252,9 +257,9 @@ class WeightGradient:
         if not isinstance(model, keras.Model):
             raise TypeError(f"`model` must be a keras.Model. Received: {type(model).__name__}")
         self.model = model
-        self.include_regularization = bool(include_regularization)
+        self.include_regularization = validation.check_flag(include_regularization, "include_regularization")
         self.heads = _heads(model, loss, output)
-        self._kwargs = _training_kwargs(model, bool(training))
+        self._kwargs = _training_kwargs(model, validation.check_flag(training, "training"))
         self._fn = backend.compile_grad(self._loss, "trainable")
 
     def _loss(self, trainable, non_trainable, x, y, sample_weight):
@@ -288,7 +293,7 @@ class WeightGradient:
             raise ValueError(f"`y` must hold one target per output with a loss ({len(self.heads)}).")
         ys = []
         for (index, spec, _), target in zip(self.heads, targets):
-            n_classes = validation.n_outputs(self.model, index)
+            n_classes = validation.n_outputs(self.model, index, x)
             labels = losses_lib.check_labels(target, n, n_classes, spec)
             ys.append(
                 keras.ops.convert_to_tensor(
@@ -313,22 +318,29 @@ def _heads(model, loss, output):
         index = validation.output_index(model, output)
         return [(index, losses_lib.resolve_loss(loss, model, output), 1.0)]
     compiled = loss if loss is not None else getattr(model, "loss", None)
+    # compile(loss_weights=...) applies to the compiled loss only; Keras 3 keeps it on its CompileLoss.
+    weights = (
+        None
+        if loss is not None
+        else getattr(getattr(model, "_compile_loss", None), "_user_loss_weights", None)
+    )
+
+    def weight(index):
+        if isinstance(weights, dict):
+            return float(weights.get(names[index], 1.0))
+        if isinstance(weights, (list, tuple)):
+            return float(weights[index])
+        return 1.0 if weights is None else float(weights)  # one number for one loss over all heads
+
     if isinstance(compiled, dict):
         chosen = [(names.index(k), k) for k in names if compiled.get(k) is not None]
     elif isinstance(compiled, (list, tuple)):
         chosen = [(i, i) for i, v in enumerate(compiled) if v is not None]
     else:
-        return [(i, losses_lib.resolve_loss(compiled, model, i), 1.0) for i in range(len(names))]
-    weights = getattr(model, "loss_weights", None)
-    heads = []
-    for index, key in chosen:
-        w = 1.0
-        if isinstance(weights, dict):
-            w = float(weights.get(key, 1.0))
-        elif isinstance(weights, (list, tuple)):
-            w = float(weights[index])
-        heads.append((index, losses_lib.resolve_loss(compiled[key], model, key), w))
-    return heads
+        return [(i, losses_lib.resolve_loss(compiled, model, i), weight(i)) for i in range(len(names))]
+    return [
+        (index, losses_lib.resolve_loss(compiled[key], model, key), weight(index)) for index, key in chosen
+    ]
 
 
 def weight_gradients(

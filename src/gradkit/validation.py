@@ -118,6 +118,13 @@ def _check_leaf(arr, spec, label, name, require_float):
     return arr
 
 
+def check_flag(value, name):
+    """`value` as a bool; raises TypeError unless it is True or False (numpy bools included)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"`{name}` must be True or False. Received: {name}={value!r}")
+    return bool(value)
+
+
 def check_sample_weight(sample_weight, n, name="sample_weight"):
     """Returns float32 weights of shape (n,): ones when None; finite and >= 0 otherwise."""
     if sample_weight is None:
@@ -166,9 +173,22 @@ def select_output(outputs, index):
     return outputs
 
 
-def n_outputs(model, index):
-    """Size of the last axis of output `index` (the number of classes of a classifier)."""
-    shape = getattr(model, "outputs", None)
-    if shape:
+def n_outputs(model, index, x=None):
+    """Size of the last axis of output `index` (the number of classes of a classifier); 0 if unknown.
+
+    A subclassed model has no symbolic outputs: given checked input arrays `x`, its output shape is
+    traced from one sample's shape with `model.compute_output_spec` (no real computation).
+    """
+    if getattr(model, "outputs", None):
         return int(model.outputs[index].shape[-1] or 0)
-    return 0
+    if x is None:
+        return 0
+    cache = vars(model).setdefault("_gradkit_n_outputs", {})  # not through Keras' attribute tracking
+    key = (index, repr(tree.map_structure(lambda a: (a.shape[1:], str(a.dtype)), x)))
+    if key not in cache:
+        specs = tree.map_structure(lambda a: keras.KerasTensor((1, *a.shape[1:]), dtype=str(a.dtype)), x)
+        try:
+            cache[key] = int(select_output(model.compute_output_spec(specs), index).shape[-1] or 0)
+        except Exception:  # a model Keras cannot trace symbolically: the loss alone checks the labels
+            cache[key] = 0
+    return cache[key]

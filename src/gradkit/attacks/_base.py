@@ -85,12 +85,6 @@ def check_clip_values(clip_values):
     return lo, hi
 
 
-def _check_flag(value, name):
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"`{name}` must be True or False. Received: {name}={value!r}")
-    return bool(value)
-
-
 def _check_seed(seed):
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
         raise ValueError(f"`seed` must be None or an integer >= 0. Received: seed={seed!r}")
@@ -228,8 +222,8 @@ def run(
     else:
         eps_step, steps = check_eps_step(eps_step), check_steps(steps)
     norm, clip_values = check_norm(norm), check_clip_values(clip_values)
-    targeted = _check_flag(targeted, "targeted")
-    random_start, seed = _check_flag(random_start, "random_start"), _check_seed(seed)
+    targeted = validation.check_flag(targeted, "targeted")
+    random_start, seed = validation.check_flag(random_start, "random_start"), _check_seed(seed)
     if targeted and y is None:
         raise ValueError("`y` (the target classes) is required when targeted=True. Received: y=None")
     batch_size = validation.check_batch_size(batch_size)
