@@ -117,6 +117,16 @@ def test_saturated_softmax_uses_logits_on_every_backend():
     np.testing.assert_allclose(grad, [[0, -100, 100, 0], [0, -100, 100, 0]], atol=1e-3)
 
 
+def test_saturated_softmax_of_a_nested_model_uses_logits_on_every_backend():
+    inner = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
+    inner.set_weights([np.eye(4, 3, dtype=np.float32) * 100, np.zeros(3, np.float32)])
+    inputs = keras.Input((4,))
+    model = keras.Model(inputs, inner(inputs))
+    model.compile(loss="sparse_categorical_crossentropy")
+    grad = gradkit.input_gradient(model, G1_X, np.array([1, 1]))
+    np.testing.assert_allclose(grad, [[0, -100, 100, 0], [0, -100, 100, 0]], atol=1e-3)
+
+
 def test_softmax_layer_and_one_hot_labels_agree_with_ids():
     inp = keras.Input((4,))
     logits = keras.layers.Dense(3)(inp)

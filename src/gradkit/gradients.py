@@ -53,10 +53,10 @@ class InputGradient:
         loss: None (default: each model's compiled loss), a loss name, a `keras.losses.Loss` or a
             callable `fn(y_true, y_pred) -> per-sample loss`. Cross-entropy on a softmax (sigmoid)
             output is computed from the logits before it (see `gradkit.losses`) when the model is
-            Sequential or Functional and its output layer applies the activation. Otherwise (a
-            subclassed model, a nested model as the last layer) the probabilities are used as Keras'
-            loss uses them: on JAX and PyTorch, samples with a saturated softmax then get zero
-            gradients (TensorFlow's Keras recovers the logits itself). For cross-entropy
+            Sequential or Functional (nested ones included) and its output layer applies the
+            activation. For a subclassed model the probabilities are used as Keras' loss uses them:
+            on JAX and PyTorch, samples with a saturated softmax then get zero gradients
+            (TensorFlow's Keras recovers the logits itself). For cross-entropy
             losses this is the plain cross-entropy of the hard labels, the loss attacks maximize
             (as in ART and foolbox): a compiled `label_smoothing` or `ignore_class` is not applied
             (weight gradients, which reproduce `fit`, do apply them).

@@ -191,14 +191,19 @@ def _activation_name(layer):
 
 
 def output_layer(model, index=0):
-    """The layer that produces output `index` of a Sequential or Functional model, else None."""
+    """The layer that produces output `index` of a Sequential or Functional model, else None; a
+    nested Sequential or Functional model there is looked into (its single output)."""
     outputs = getattr(model, "outputs", None)
     if isinstance(model, keras.Sequential):
-        return model.layers[-1] if model.layers else None
-    if not outputs or index >= len(outputs):
+        layer = model.layers[-1] if model.layers else None
+    elif not outputs or index >= len(outputs):
         return None
-    history = getattr(outputs[index], "_keras_history", None)
-    return history[0] if history else None
+    else:
+        history = getattr(outputs[index], "_keras_history", None)
+        layer = history[0] if history else None
+    if isinstance(layer, keras.Model) and len(getattr(layer, "outputs", None) or []) == 1:
+        return output_layer(layer, 0)
+    return layer
 
 
 def logits_model(model, index=0):
@@ -222,7 +227,7 @@ def logits_model(model, index=0):
         return layer.__class__.from_config(config)
 
     try:
-        clone = keras.models.clone_model(model, clone_function=clone_layer)
+        clone = keras.models.clone_model(model, clone_function=clone_layer, recursive=True)
     except Exception:  # noqa: BLE001 - any clone failure falls back to the probabilities
         return model, False
     same = all(
