@@ -331,7 +331,7 @@ def test_built_subclassed_model_and_embedding_with_repeated_ids():
 
 
 def test_bad_arguments_are_rejected():
-    with pytest.raises(TypeError, match="`per_layer` must be a bool"):
+    with pytest.raises(TypeError, match="`per_layer` must be True or False"):
         GradientNormCallback(per_layer="yes")
     with pytest.raises(TypeError, match="`model` must be a keras.Model"):
         track_gradient_norm(object())

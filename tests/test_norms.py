@@ -121,9 +121,9 @@ def test_g3b_argmax_loss_raises_instead_of_zero():
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
-        ({"per_layer": "yes"}, TypeError, "`per_layer` must be a bool"),
-        ({"include_regularization": 1}, TypeError, "`include_regularization` must be a bool"),
-        ({"training": None}, TypeError, "`training` must be a bool"),
+        ({"per_layer": "yes"}, TypeError, "`per_layer` must be True or False"),
+        ({"include_regularization": 1}, TypeError, "`include_regularization` must be True or False"),
+        ({"training": None}, TypeError, "`training` must be True or False"),
         ({"sample_weight": [1.0, -1.0]}, ValueError, "sample_weight"),
     ],
 )

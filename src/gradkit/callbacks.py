@@ -38,7 +38,7 @@ References:
 import keras
 import numpy as np
 
-from gradkit import backend, norms
+from gradkit import backend, norms, validation
 
 _ATTR = "_gradkit_grad_norm"
 
@@ -213,7 +213,7 @@ def track_gradient_norm(model, per_layer=False):
     """
     if not isinstance(model, keras.Model):
         raise TypeError(f"`model` must be a keras.Model. Received: {type(model).__name__}")
-    per_layer = norms.check_bool(per_layer, "per_layer")
+    per_layer = validation.check_flag(per_layer, "per_layer")
     if per_layer and not model.built:
         raise ValueError(
             "`per_layer=True` needs a built model (its layers' weights must exist): call the model on a "
@@ -272,7 +272,7 @@ class GradientNormCallback(keras.callbacks.Callback):
 
     def __init__(self, per_layer=False):
         super().__init__()
-        self.per_layer = norms.check_bool(per_layer, "per_layer")
+        self.per_layer = validation.check_flag(per_layer, "per_layer")
         self.epochs, self.steps = [], {}
         self._means, self._names = {}, []
 

@@ -16,17 +16,10 @@ References:
 import keras
 import numpy as np
 
-from gradkit import backend
+from gradkit import backend, validation
 from gradkit.gradients import weight_gradients
 
 PREFIX = "grad_norm"
-
-
-def check_bool(value, name):
-    """Returns `value` as a bool; raises TypeError unless it is a Python or numpy bool."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"`{name}` must be a bool. Received: {name}={value!r}")
-    return bool(value)
 
 
 def norm_layers(model):
@@ -156,9 +149,9 @@ def gradient_norm(
     """
     if not isinstance(model, keras.Model):
         raise TypeError(f"`model` must be a keras.Model. Received: {type(model).__name__}")
-    per_layer = check_bool(per_layer, "per_layer")
-    include_regularization = check_bool(include_regularization, "include_regularization")
-    training = check_bool(training, "training")
+    per_layer = validation.check_flag(per_layer, "per_layer")
+    include_regularization = validation.check_flag(include_regularization, "include_regularization")
+    training = validation.check_flag(training, "training")
     grads = weight_gradients(
         model,
         x,
