@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import gradkit
-from gradkit import atomic
-from gradkit.atomic import write_atomic
+from gradkit import _io as atomic
+from gradkit._io import write_atomic
 
 USUAL = 0o666 & ~0o027  # the umask the fixture sets
 

@@ -10,7 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import MLPClassifier
 
 import gradkit
-from gradkit.attacks import _base
+from gradkit.attacks import _loop as _base
 
 from conftest import set_weights_from
 
@@ -254,7 +254,7 @@ def test_ensemble_linearity_and_hard_vote_labels():
     [
         (dict(eps=-0.1), ValueError, r"`eps` must be >= 0. Received: eps=-0.1"),
         (dict(eps_step=0.0), ValueError, "`eps_step` must be > 0"),
-        (dict(eps_step=None), ValueError, "`eps_step` must be a finite number"),
+        (dict(eps_step=None), TypeError, "`eps_step` must be a finite number"),
         (dict(steps=0), ValueError, "`steps` must be an integer >= 1"),
         (dict(steps=2.5), TypeError, "`steps` must be an integer"),
         (dict(norm=1), ValueError, "`norm` must be"),

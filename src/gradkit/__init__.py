@@ -14,24 +14,24 @@ _EXPORTS = {
     "WeightGradient": "gradkit.gradients",
     "input_gradient": "gradkit.gradients",
     "weight_gradients": "gradkit.gradients",
-    "WeightedEnsemble": "gradkit.ensemble",
+    "WeightedEnsemble": "gradkit.gradients",
     "DisconnectedGradientError": "gradkit.errors",
     # gradient-norm diagnostics
-    "gradient_norm": "gradkit.norms",
-    "GradientNormCallback": "gradkit.callbacks",
-    "track_gradient_norm": "gradkit.callbacks",
-    "untrack_gradient_norm": "gradkit.callbacks",
+    "gradient_norm": "gradkit.monitor",
+    "GradientNormCallback": "gradkit.monitor",
+    "track_gradient_norm": "gradkit.monitor",
+    "untrack_gradient_norm": "gradkit.monitor",
     "plot_grad_norm": "gradkit.plotting",
     "plot_robustness": "gradkit.plotting",
     # attacks
     "fgsm": "gradkit.attacks",
     "bim": "gradkit.attacks",
     "pgd": "gradkit.attacks",
-    "robustness_curve": "gradkit.robustness",
+    "robustness_curve": "gradkit.attacks",
     # boosting
     "AdaBoostM1": "gradkit.boosting",
     "SAMME": "gradkit.boosting",
-    "load": "gradkit.persistence",
+    "load": "gradkit.boosting",
     # study
     "run_study": "gradkit.study",
 }

@@ -1,6 +1,6 @@
 """Gradient attacks on Keras models and weighted ensembles: FGSM, BIM and PGD (Linf and L2).
 
-All three are the same projected loop (`gradkit.attacks._base`): FGSM is one BIM step with
+All three are the same projected loop (`_loop.py`, its geometry in `_geometry.py`): FGSM is one BIM step with
 `eps_step = eps`; BIM is PGD without random start. Every iterate is projected onto the eps-ball around
 the clean input and clipped to `clip_values`. Each step is one compiled `gradkit.InputGradient` call
 for all ensemble members, and attacks on the same model with the same `loss`/`output`/`batch_size`
@@ -16,8 +16,14 @@ References:
     adversarial attacks", ICLR, https://arxiv.org/abs/1706.06083
 """
 
-from gradkit.attacks.bim import bim
-from gradkit.attacks.fgsm import fgsm
-from gradkit.attacks.pgd import pgd
+from gradkit.attacks._bim import bim
+from gradkit.attacks._fgsm import fgsm
+from gradkit.attacks._pgd import pgd
+from gradkit.attacks._robustness import robustness_curve
 
-__all__ = ["fgsm", "bim", "pgd"]
+__all__ = [
+    "bim",
+    "fgsm",
+    "pgd",
+    "robustness_curve",
+]

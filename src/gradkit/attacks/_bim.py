@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from gradkit.attacks import _base
+from gradkit.attacks import _loop
 
 
 def bim(
@@ -52,7 +52,7 @@ def bim(
     Example:
         >>> x_adv = gradkit.bim(model, x, y, eps=0.1, eps_step=0.01, steps=20)  # doctest: +SKIP
     """
-    return _base.run(
+    return _loop.run(
         model,
         x,
         y,

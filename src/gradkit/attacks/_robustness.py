@@ -4,8 +4,12 @@ import keras
 import numpy as np
 from keras import tree
 
-from gradkit.attacks import _base, bim, fgsm, pgd
-from gradkit.ensemble import WeightedEnsemble, as_ensemble
+from gradkit import _checks
+from gradkit.attacks import _loop
+from gradkit.attacks._bim import bim
+from gradkit.attacks._fgsm import fgsm
+from gradkit.attacks._pgd import pgd
+from gradkit.gradients import WeightedEnsemble, as_ensemble
 
 _ATTACKS = {"fgsm": fgsm, "bim": bim, "pgd": pgd}
 
@@ -18,7 +22,7 @@ def _check_epsilons(epsilons):
     if not values or np.ndim(epsilons) != 1:
         raise ValueError(f"`epsilons` must be a non-empty 1-D sequence. Received: epsilons={epsilons!r}")
     for e in values:
-        _base.check_eps(e, name="epsilons")
+        _checks.check_eps(e, name="epsilons")
     return values
 
 
@@ -34,7 +38,7 @@ def _with_step(kwargs, eps, iterative):
     """The attack arguments at `eps`: BIM/PGD get eps_step = 2.5 * eps / steps unless given."""
     if not iterative or kwargs.get("eps_step") is not None:
         return kwargs
-    steps = _base.check_steps(kwargs["steps"])
+    steps = _checks.check_steps(kwargs["steps"])
     return {**kwargs, "eps_step": 2.5 * eps / steps if eps > 0 else 1.0}
 
 
@@ -106,10 +110,10 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
         attack_kwargs = {**attack_kwargs, "batch_size": batch_size}
     if not isinstance(model, (keras.Model, WeightedEnsemble)):
         model = as_ensemble(model)  # one ensemble object, so every eps reuses its cached gradient
-    grad = _base.gradient_for(
+    grad = _loop.gradient_for(
         model, loss=attack_kwargs.get("loss"), output=attack_kwargs.get("output"), batch_size=batch_size
     )
-    x0, labels, n = _base.prepare(grad, x, y, _base.check_clip_values(attack_kwargs.get("clip_values")))
+    x0, labels, n = _loop.prepare(grad, x, y, _checks.check_clip_values(attack_kwargs.get("clip_values")))
     if fn in _ATTACKS.values():  # validates every attack argument; at eps=0 the attack does no work
         fn(model, x0, labels, eps=0.0, **_with_step(attack_kwargs, 0.0, iterative))
 
@@ -122,5 +126,5 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
         x_adv = x0
         if eps > 0:
             x_adv = fn(model, x0, labels, eps=eps, **_with_step(attack_kwargs, eps, iterative))
-        accuracy.append(float(np.mean(_base.predict_labels(grad, x_adv, batch_size) == labels)))
+        accuracy.append(float(np.mean(_loop.predict_labels(grad, x_adv, batch_size) == labels)))
     return {"eps": epsilons, "accuracy": accuracy, "zero_gradient_fraction": zero_fraction}

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from gradkit.attacks import _base
+from gradkit.attacks import _loop
 
 
 def fgsm(
@@ -62,12 +62,12 @@ def fgsm(
     Example:
         >>> x_adv = gradkit.fgsm(model, x_test, y_test, eps=0.1, clip_values=(0, 1))  # doctest: +SKIP
     """
-    return _base.run(
+    return _loop.run(
         model,
         x,
         y,
         eps=eps,
-        eps_step=_base.SINGLE_STEP,
+        eps_step=_loop.SINGLE_STEP,
         steps=1,
         norm=norm,
         clip_values=clip_values,

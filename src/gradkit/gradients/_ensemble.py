@@ -4,27 +4,10 @@ import keras
 import numpy as np
 from keras import tree
 
-from gradkit import backend, validation
-from gradkit import losses as losses_lib
-
-
-def predict(model, x, batch_size=256):
-    """`model.predict(x)` that also works data-parallel: under an active `keras.distribution` the rows
-    and the batch size are padded to a multiple of the device count (Keras needs even shards), and
-    the padding is dropped from the result. Returns numpy output(s) of `n` rows."""
-    multiple = backend.batch_multiple()
-    if multiple == 1:
-        return model.predict(x, batch_size=batch_size, verbose=0)
-    n = len(tree.flatten(x)[0])
-    pad = -n % multiple
-
-    def padded(a):
-        a = np.asarray(a)
-        return np.concatenate([a, np.repeat(a[:1], pad, axis=0)]) if pad else a
-
-    batch = -(-batch_size // multiple) * multiple
-    out = model.predict(tree.map_structure(padded, x), batch_size=batch, verbose=0)
-    return tree.map_structure(lambda o: np.asarray(o)[:n], out)
+from gradkit import _checks
+from gradkit.gradients._batches import predict_batched
+from gradkit.gradients._losses import resolve_loss
+from gradkit.gradients._model_io import output_index, select_output
 
 
 def _shapes(tensors):
@@ -93,7 +76,7 @@ class WeightedEnsemble:
             )
         self.models = tuple(models)
         self.weights = tuple(float(v) for v in w)
-        self.normalize_gradients = validation.check_flag(normalize_gradients, "normalize_gradients")
+        self.normalize_gradients = _checks.check_flag(normalize_gradients, "normalize_gradients")
 
     def __len__(self):
         return len(self.models)
@@ -103,11 +86,11 @@ class WeightedEnsemble:
 
         `from_logits` None: taken from the loss the member was compiled with (False when it has none).
         """
-        index = validation.output_index(model, output)
-        out = np.asarray(validation.select_output(predict(model, x, batch_size), index), dtype=np.float64)
+        index = output_index(model, output)
+        out = np.asarray(select_output(predict_batched(model, x, batch_size), index), dtype=np.float64)
         out = out.reshape(len(out), -1)
         if from_logits is None:
-            spec = losses_lib.resolve_loss(None, model, output) if getattr(model, "loss", None) else None
+            spec = resolve_loss(None, model, output) if getattr(model, "loss", None) else None
             from_logits = spec is not None and spec.from_logits
         if out.shape[-1] == 1:  # one sigmoid unit: P(class 1)
             p = 1.0 / (1.0 + np.exp(-out)) if from_logits else out
@@ -146,11 +129,8 @@ class WeightedEnsemble:
         read one-unit outputs. Raises ValueError for a bad `output`.
         """
         flags = [None] * len(self.models) if from_logits is None else list(from_logits)
-        votes = 0.0
-        for model, w, flag in zip(self.models, self.weights, flags):
-            proba = self._member_proba(model, x, batch_size, output, flag)
-            votes = votes + w * np.eye(proba.shape[-1])[proba.argmax(axis=-1)]
-        return votes
+        probas = [self._member_proba(m, x, batch_size, output, f) for m, f in zip(self.models, flags)]
+        return weighted_vote([p.argmax(axis=-1) for p in probas], self.weights, probas[0].shape[-1])
 
     def predict(self, x, *, voting="hard", batch_size=256, output=None):
         """Predicted class ids, `(n,)` int64.
@@ -174,6 +154,21 @@ class WeightedEnsemble:
 
     def __repr__(self):
         return f"WeightedEnsemble(k={len(self.models)}, weights={[round(w, 4) for w in self.weights]})"
+
+
+def weighted_vote(member_ids, weights, n_classes):
+    """The weighted hard vote of K classifiers, the decision rule of AdaBoost (Freund & Schapire 1997).
+
+    Args:
+        member_ids: K int arrays `(n,)` (or one `(K, n)` array), each member's predicted class ids.
+        weights: K non-negative floats alpha_k.
+        n_classes: number of classes C.
+
+    Returns:
+        float64 `(n, C)`: sum_k alpha_k * onehot(ids_k). Its argmax (ties to the lower id) is the vote.
+    """
+    eye = np.eye(n_classes)
+    return sum(float(w) * eye[np.asarray(ids)] for ids, w in zip(member_ids, weights))
 
 
 def as_ensemble(model_or_ensemble):

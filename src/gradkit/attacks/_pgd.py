@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from gradkit.attacks import _base
+from gradkit.attacks import _loop
 
 
 def pgd(
@@ -53,7 +53,7 @@ def pgd(
     Example:
         >>> x_adv = gradkit.pgd(model, x, y, eps=0.1, eps_step=0.025, steps=10, seed=0)  # doctest: +SKIP
     """
-    return _base.run(
+    return _loop.run(
         model,
         x,
         y,

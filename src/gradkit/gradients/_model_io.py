@@ -1,12 +1,21 @@
-"""Checks of user input, run before any work starts; every message names the argument."""
+"""Checks and helpers for what a model takes and gives: its input arrays, its outputs, its mode flag.
+
+Every check runs before any work starts and names the argument in its message.
+"""
+
+import inspect
 
 import keras
 import numpy as np
 from keras import tree
 
+from gradkit import _keras_internals
 
-def _is_symbolic(value):
-    return isinstance(value, keras.KerasTensor) or hasattr(value, "_keras_history")
+
+def training_kwargs(model, training):
+    """`{"training": training}` when `model.call` takes a `training` argument, else `{}`."""
+    params = inspect.signature(model.call).parameters
+    return {"training": training} if "training" in params else {}
 
 
 def model_inputs(model):
@@ -36,7 +45,7 @@ def check_x(model, x, *, name="x", require_float=True):
     """
     if x is None:
         raise ValueError(f"`{name}` is required. Received: {name}=None")
-    if any(_is_symbolic(leaf) for leaf in tree.flatten(x)):
+    if any(_keras_internals.is_symbolic(leaf) for leaf in tree.flatten(x)):
         raise TypeError(
             f"`{name}` must hold concrete arrays (numpy or backend tensors), not symbolic Keras "
             f"tensors such as `model.input`. Received: {name} of type "
@@ -116,33 +125,6 @@ def _check_leaf(arr, spec, label, name, require_float):
             raise ValueError(f"`{name}` contains NaN or inf (input {label!r}).")
         return arr.astype(str(spec_dtype) if require_float else arr.dtype, copy=False)
     return arr
-
-
-def check_flag(value, name):
-    """`value` as a bool; raises TypeError unless it is True or False (numpy bools included)."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"`{name}` must be True or False. Received: {name}={value!r}")
-    return bool(value)
-
-
-def check_sample_weight(sample_weight, n, name="sample_weight"):
-    """Returns float32 weights of shape (n,): ones when None; finite and >= 0 otherwise."""
-    if sample_weight is None:
-        return np.ones(n, np.float32)
-    w = np.asarray(sample_weight, dtype=np.float64)
-    if w.shape != (n,):
-        raise ValueError(f"`{name}` must have shape ({n},). Received: {name}.shape={w.shape}")
-    if not np.all(np.isfinite(w)) or np.any(w < 0):
-        raise ValueError(f"`{name}` must be finite and >= 0.")
-    return w.astype(np.float32)
-
-
-def check_batch_size(batch_size, name="batch_size"):
-    if batch_size is None:
-        return None
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"`{name}` must be a positive integer or None. Received: {name}={batch_size!r}")
-    return int(batch_size)
 
 
 def output_index(model, output):

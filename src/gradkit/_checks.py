@@ -1,0 +1,148 @@
+"""Argument checks shared by every layer: one message form, one rule for exception types.
+
+Every message reads "`name` must be <what is expected>. Received: name=<value>". A value of the wrong
+type raises TypeError; a value of the right type outside its range raises ValueError. Each check
+returns the value in canonical form (a Python int, float or bool), so callers use what it returns.
+
+Checks that need a model or data (shapes, labels) live in `gradkit.gradients`; this module imports
+nothing from gradkit and nothing heavier than numpy.
+"""
+
+import numbers
+
+import numpy as np
+
+_NORMS = {"inf": np.inf, "linf": np.inf, "l2": 2.0, "2": 2.0}
+
+
+def fail(name, expected, value, error=ValueError):
+    """Raises `error` with the house message: "`name` must be expected. Received: name=value"."""
+    raise error(f"`{name}` must be {expected}. Received: {name}={value!r}")
+
+
+def is_int(value):
+    """True for Python and numpy integers (not bools)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def is_real(value):
+    """True for Python and numpy real numbers (not bools)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def check_flag(value, name):
+    """`value` as a bool; TypeError unless it is True or False (numpy bools included)."""
+    if not isinstance(value, (bool, np.bool_)):
+        fail(name, "True or False", value, TypeError)
+    return bool(value)
+
+
+def check_int(value, name, *, minimum=None, allow_none=False):
+    """`value` as an int >= `minimum`; TypeError for a non-integer, ValueError below `minimum`."""
+    if value is None and allow_none:
+        return None
+    expected = (
+        "an integer" + ("" if minimum is None else f" >= {minimum}") + (" or None" if allow_none else "")
+    )
+    if not is_int(value):
+        fail(name, expected, value, TypeError)
+    if minimum is not None and value < minimum:
+        fail(name, expected, value)
+    return int(value)
+
+
+def check_real(value, name, *, minimum=None, strict=False, maximum=None, allow_none=False):
+    """`value` as a finite float in range.
+
+    `minimum` is inclusive unless `strict` (then `value > minimum`); `maximum` is inclusive.
+    TypeError for a non-number, ValueError for NaN, inf or a value out of range.
+    """
+    if value is None and allow_none:
+        return None
+    bounds = []
+    if minimum is not None:
+        bounds.append(f"{'>' if strict else '>='} {minimum}")
+    if maximum is not None:
+        bounds.append(f"<= {maximum}")
+    finite = "a finite number" + (" " + " and ".join(bounds) if bounds else "")
+    if not is_real(value):
+        fail(name, finite, value, TypeError)
+    value = float(value)
+    if not np.isfinite(value):
+        fail(name, finite, value)
+    too_low = minimum is not None and (value <= minimum if strict else value < minimum)
+    if too_low or (maximum is not None and value > maximum):
+        fail(name, " and ".join(bounds), value)
+    return value
+
+
+def check_choice(value, name, choices):
+    """`value` if it is one of `choices` (compared with ==); ValueError otherwise."""
+    if not isinstance(value, str) or value not in choices:
+        fail(name, "one of " + ", ".join(repr(c) for c in choices), value)
+    return value
+
+
+def check_batch_size(batch_size, name="batch_size"):
+    """None, or a positive int (rows per compiled call)."""
+    return check_int(batch_size, name, minimum=1, allow_none=True)
+
+
+def check_seed(seed, name="seed"):
+    """None, or an int >= 0."""
+    return check_int(seed, name, minimum=0, allow_none=True)
+
+
+def check_eps(eps, name="eps"):
+    """`eps` as a float >= 0."""
+    return check_real(eps, name, minimum=0)
+
+
+def check_eps_step(eps_step, name="eps_step"):
+    """`eps_step` as a float > 0."""
+    return check_real(eps_step, name, minimum=0, strict=True)
+
+
+def check_steps(steps, name="steps"):
+    """`steps` as an int >= 1."""
+    return check_int(steps, name, minimum=1)
+
+
+def check_norm(norm, name="norm"):
+    """np.inf / "inf" / "linf" -> np.inf and 2 / "l2" / "2" -> 2.0; ValueError for anything else."""
+    key = norm.lower() if isinstance(norm, str) else norm
+    if is_real(key) and key in (np.inf, 2):
+        return float(key)
+    if isinstance(key, str) and key in _NORMS:
+        return _NORMS[key]
+    raise ValueError(f'`{name}` must be np.inf (or "inf", "linf") or 2 (or "l2"). Received: {name}={norm!r}')
+
+
+def check_clip_values(clip_values, name="clip_values"):
+    """None, or `(min, max)` as two finite floats with min <= max."""
+    if clip_values is None:
+        return None
+    expected = "None or a pair (min, max) of finite numbers with min <= max"
+    try:
+        lo, hi = clip_values
+    except (TypeError, ValueError):
+        fail(name, expected, clip_values)
+    if not (is_real(lo) and is_real(hi)):
+        fail(name, expected, clip_values)
+    lo, hi = float(lo), float(hi)
+    if not (np.isfinite(lo) and np.isfinite(hi)) or lo > hi:
+        fail(name, expected, clip_values)
+    return lo, hi
+
+
+def check_numbers(values, name, *, minimum=None, allow_empty=False):
+    """A non-empty list of finite floats >= `minimum` (a single number is a list of one)."""
+    if is_real(values):
+        values = [values]
+    try:
+        values = list(values)
+    except TypeError:
+        fail(name, "a list of finite numbers", values, TypeError)
+    if not values and not allow_empty:
+        fail(name, "a non-empty list of finite numbers", values)
+    return [check_real(v, f"{name}[{i}]", minimum=minimum) for i, v in enumerate(values)]

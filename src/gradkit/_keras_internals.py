@@ -1,0 +1,42 @@
+"""Every access to a private Keras attribute, one named function each.
+
+gradkit reads a few attributes that Keras 3 keeps private. They live here, and nowhere else, so that a
+Keras upgrade that renames one breaks one function with one test, not a hunt through the code base.
+Checked against Keras 3.15. Each function degrades to a documented default when the attribute is gone.
+"""
+
+import keras
+
+
+def is_symbolic(value):
+    """True for a symbolic Keras tensor (`model.input`, an intermediate `KerasTensor`)."""
+    return isinstance(value, keras.KerasTensor) or hasattr(value, "_keras_history")
+
+
+def producing_layer(tensor):
+    """The layer that produced a symbolic tensor of a Functional model, or None."""
+    history = getattr(tensor, "_keras_history", None)
+    return history[0] if history else None
+
+
+def compiled_loss_weights(model):
+    """The `loss_weights` given to `model.compile` (None, a number, a list or a dict).
+
+    Keras 3 keeps them on the model's `CompileLoss`, not on `model.loss_weights`.
+    """
+    return getattr(getattr(model, "_compile_loss", None), "_user_loss_weights", None)
+
+
+def model_tracker(model):
+    """The attribute tracker of a Keras layer or model (None if it has none)."""
+    return getattr(model, "_tracker", None)
+
+
+def optimizer_iterations(optimizer):
+    """The optimizer's step counter variable (counts applied updates, not accumulated steps)."""
+    return optimizer._iterations
+
+
+def accumulated_gradients(optimizer):
+    """The gradient accumulators of an optimizer built with `gradient_accumulation_steps`, or None."""
+    return getattr(optimizer, "_accumulated_gradients", None) if optimizer.built else None

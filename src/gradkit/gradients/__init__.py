@@ -1,0 +1,48 @@
+"""The gradient engine: loss gradients w.r.t. inputs and weights, compiled once, for models and ensembles.
+
+Public: `InputGradient`, `input_gradient`, `WeightGradient`, `weight_gradients`, `WeightedEnsemble`.
+The other names serve the layers above (attacks, monitor, boosting, study): labels, losses, batching and
+model-input checks, each defined in one private module of this package.
+"""
+
+from gradkit.gradients._batches import predict_batched
+from gradkit.gradients._cache import cached
+from gradkit.gradients._ensemble import WeightedEnsemble
+from gradkit.gradients._ensemble import as_ensemble
+from gradkit.gradients._ensemble import weighted_vote
+from gradkit.gradients._input_gradient import InputGradient
+from gradkit.gradients._input_gradient import input_gradient
+from gradkit.gradients._labels import check_labels
+from gradkit.gradients._labels import check_sample_weight
+from gradkit.gradients._labels import labels_for_loss
+from gradkit.gradients._losses import LossSpec
+from gradkit.gradients._losses import resolve_loss
+from gradkit.gradients._model_io import check_x
+from gradkit.gradients._model_io import n_outputs
+from gradkit.gradients._model_io import output_index
+from gradkit.gradients._model_io import select_output
+from gradkit.gradients._model_io import training_kwargs
+from gradkit.gradients._weight_gradient import WeightGradient
+from gradkit.gradients._weight_gradient import weight_gradients
+
+__all__ = [
+    "InputGradient",
+    "LossSpec",
+    "WeightGradient",
+    "WeightedEnsemble",
+    "as_ensemble",
+    "cached",
+    "check_labels",
+    "check_sample_weight",
+    "check_x",
+    "input_gradient",
+    "labels_for_loss",
+    "n_outputs",
+    "output_index",
+    "predict_batched",
+    "resolve_loss",
+    "select_output",
+    "training_kwargs",
+    "weight_gradients",
+    "weighted_vote",
+]

@@ -1,0 +1,48 @@
+"""Rows in batches: slicing with padding (one compiled shape for every row count) and `predict`."""
+
+import keras
+import numpy as np
+from keras import tree
+
+from gradkit import backend
+
+
+def batches(n, batch_size):
+    step = batch_size or n
+    return [(start, min(start + step, n)) for start in range(0, n, step)]
+
+
+def take(structure, start, stop, pad_to, zeros=False):
+    """Rows start:stop of every leaf, padded up to `pad_to` rows with copies of the first row (or 0)."""
+
+    def take(a):
+        rows = a[start:stop]
+        if pad_to and rows.shape[0] < pad_to:
+            filler = np.repeat(rows[:1] * 0 if zeros else rows[:1], pad_to - rows.shape[0], axis=0)
+            rows = np.concatenate([rows, filler])
+        return keras.ops.convert_to_tensor(rows)
+
+    return tree.map_structure(take, structure)
+
+
+def predict_batched(model, x, batch_size=256):
+    """`model.predict(x)` that also works data-parallel: under an active `keras.distribution` the rows
+    and the batch size are padded to a multiple of the device count (Keras needs even shards), and
+    the padding is dropped from the result. Returns numpy output(s) of `n` rows."""
+    multiple = backend.batch_multiple()
+    if multiple == 1:
+        return model.predict(x, batch_size=batch_size, verbose=0)
+    n = len(tree.flatten(x)[0])
+    pad = -n % multiple
+
+    def padded(a):
+        a = np.asarray(a)
+        return np.concatenate([a, np.repeat(a[:1], pad, axis=0)]) if pad else a
+
+    batch = -(-batch_size // multiple) * multiple
+    out = model.predict(tree.map_structure(padded, x), batch_size=batch, verbose=0)
+    return tree.map_structure(lambda o: np.asarray(o)[:n], out)
+
+
+def rows(g, rows, stacked):
+    return g[:, :rows] if stacked else g[:rows]

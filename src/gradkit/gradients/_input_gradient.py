@@ -1,0 +1,197 @@
+"""Gradient of the loss w.r.t. the inputs of a model or weighted ensemble, compiled once and reused.
+
+References:
+    Goodfellow, Shlens & Szegedy (2015), "Explaining and harnessing adversarial examples", ICLR,
+    https://arxiv.org/abs/1412.6572 (the input gradient grad_x L(y, f(x)) that FGSM follows).
+"""
+
+import keras
+import numpy as np
+from keras import tree
+
+from gradkit import _checks, backend
+from gradkit.gradients._batches import batches, rows, take
+from gradkit.gradients._cache import cached
+from gradkit.gradients._ensemble import as_ensemble
+from gradkit.gradients._labels import check_labels, check_sample_weight
+from gradkit.gradients._logits import activation_name, logits_model, output_layer
+from gradkit.gradients._losses import attack_per_sample, resolve_loss
+from gradkit.gradients._model_io import check_x, n_outputs, output_index, select_output, training_kwargs
+
+
+class InputGradient:
+    """Gradient of the loss w.r.t. the inputs of a model or weighted ensemble, compiled once.
+
+    `fn(x, y)` returns d/dx sum_i w_i * L(y_i, f(x_i)): the gradient of each sample's own loss (so a
+    sample's gradient does not depend on the other samples in its batch), with `w_i` the sample weights
+    (default 1). For a `WeightedEnsemble` it is sum_k alpha_k * grad_x L(y, f_k(x)), all members in one
+    compiled call. The function is built on the first call and reused: variable values are passed as
+    arguments on every call, so later training of the model is seen without recompiling.
+
+    Args:
+        model: a built Keras model (Sequential, Functional or subclassed) or a `WeightedEnsemble`.
+        loss: None (default: each model's compiled loss), a loss name, a `keras.losses.Loss` or a
+            callable `fn(y_true, y_pred) -> per-sample loss`. Cross-entropy on a softmax (sigmoid)
+            output is computed from the logits before it (see `gradkit.losses`) when the model is
+            Sequential or Functional (nested ones included) and its output layer applies the
+            activation. For a subclassed model the probabilities are used as Keras' loss uses them:
+            on JAX and PyTorch, samples with a saturated softmax then get zero gradients
+            (TensorFlow's Keras recovers the logits itself). For cross-entropy
+            losses this is the plain cross-entropy of the hard labels, the loss attacks maximize
+            (as in ART and foolbox): a compiled `label_smoothing` or `ignore_class` is not applied
+            (weight gradients, which reproduce `fit`, do apply them).
+        training: the mode the model runs in. Defaults to False (inference: Dropout off, BatchNorm
+            uses its moving statistics). With True, Dropout and BatchNorm run in training mode, but
+            no model variable (BatchNorm statistics, seed state) is ever changed: every call draws
+            the same Dropout mask (the seed state is not advanced), and BatchNorm's batch statistics
+            mix the rows of a batch (padding rows included), so rows are independent of their batch
+            only with training=False.
+        output: name or index of the output to differentiate, for models with several outputs.
+        batch_size: rows per compiled call; the last batch is padded with zero-weight rows so it
+            reuses the same compiled function. Defaults to None (the whole input in one call).
+            Under an active `keras.distribution` (JAX backend only; see docs/scaling.md) each batch
+            is padded to a multiple of the device count and sharded along the batch axis, so every
+            device computes its rows in the same compiled call.
+
+    Call args:
+        x: float array `(n, *input_shape)`, or a list/dict of them for multi-input models.
+        y: class ids `(n,)` int or one-hot `(n, n_classes)` for classification losses; targets of the
+            output's shape for other losses.
+        sample_weight: optional non-negative float `(n,)`. Defaults to ones.
+
+    Returns:
+        float32 numpy array(s) shaped like `x`, in the same structure.
+
+    Raises:
+        TypeError: integer inputs (no input gradient exists), symbolic tensors, a bad `model`.
+        ValueError: mismatched lengths or feature shapes, NaN/inf in `x`, soft or out-of-range
+            labels, a model compiled without a loss and no `loss=`.
+        gradkit.errors.DisconnectedGradientError: the loss does not depend on `x` (argmax, round).
+        NotImplementedError: a `keras.distribution` is active on TensorFlow or PyTorch (JAX only).
+
+    Example:
+        >>> grad = InputGradient(model)                  # doctest: +SKIP
+        >>> g = grad(x_test, y_test)                     # same shape as x_test  # doctest: +SKIP
+        >>> grad.trace_count                             # 1  # doctest: +SKIP
+    """
+
+    def __init__(self, model, *, loss=None, training=False, output=None, batch_size=None):
+        self.ensemble = as_ensemble(model)
+        self.training = _checks.check_flag(training, "training")
+        self.batch_size = _checks.check_batch_size(batch_size)
+        first = self.ensemble.models[0]
+        self.output_index = output_index(first, output)
+        self.n_classes = n_outputs(first, self.output_index)
+        self.specs, self._forward = [], []
+        for member in self.ensemble.models:
+            spec = resolve_loss(loss, member, output)
+            self.specs.append(spec)
+            self._forward.append(self._forward_model(member, spec))
+        kinds = {s.kind for s in self.specs}
+        if len(kinds) > 1:
+            raise ValueError(f"All ensemble members must use the same kind of loss. Received: {kinds}")
+        self.spec = self.specs[0]
+        self._kwargs = training_kwargs(first, self.training)
+        self._fn = backend.compile_grad(self._loss, "x", per_output=self.ensemble.normalize_gradients)
+
+    def _forward_model(self, member, spec):
+        if spec.is_classification and not spec.from_logits:
+            activation = "sigmoid" if spec.kind == "binary" else "softmax"
+            layer = output_layer(member, self.output_index)
+            if layer is not None and activation_name(layer) == activation:
+                return logits_model(member, self.output_index)
+        return member, spec.from_logits
+
+    def _loss(self, trainables, non_trainables, x, y, sample_weight):
+        terms = []
+        for k, (model, is_logits) in enumerate(self._forward):
+            out, _ = model.stateless_call(trainables[k], non_trainables[k], x, **self._kwargs)
+            out = select_output(out, self.output_index)
+            per_sample = attack_per_sample(self.specs[k], y, out, is_logits)
+            terms.append(keras.ops.sum(per_sample * sample_weight))
+        if self.ensemble.normalize_gradients:
+            return keras.ops.stack(terms)
+        return sum(w * t for w, t in zip(self.ensemble.weights, terms))
+
+    @property
+    def trace_count(self):
+        """How many times the loss was traced (TF, JAX) or distinct input signatures seen (torch)."""
+        return self._fn.trace_count
+
+    def check(self, x, y, sample_weight=None):
+        """Validates a call's arguments; returns `(x, labels, sample_weight, n)` as numpy arrays."""
+        first = self.ensemble.models[0]
+        x, n = check_x(first, x)
+        if y is None:
+            raise ValueError("`y` is required for input gradients. Received: y=None")
+        n_classes = self.n_classes or n_outputs(first, self.output_index, x)  # subclassed
+        labels = check_labels(y, n, n_classes, self.spec)
+        return x, labels, check_sample_weight(sample_weight, n), n
+
+    def __call__(self, x, y, sample_weight=None):
+        x, labels, weights, n = self.check(x, y, sample_weight)
+        return self.compute(x, labels, weights, n)
+
+    def compute(self, x, labels, weights, n):
+        """The gradient for already validated numpy inputs (see `check`); used by the attacks."""
+        values = [
+            (
+                backend.variable_values(m.trainable_variables),
+                backend.variable_values(m.non_trainable_variables),
+            )
+            for m in self.ensemble.models
+        ]
+        trainables = [v[0] for v in values]
+        non_trainables = [v[1] for v in values]
+        parts = []
+        multiple = backend.batch_multiple()
+        for start, stop in batches(n, self.batch_size):
+            pad = -(-(self.batch_size or stop - start) // multiple) * multiple
+            xb, yb, wb = backend.distribute_batch(
+                (
+                    take(x, start, stop, pad),
+                    take(labels, start, stop, pad),
+                    take(weights, start, stop, pad, True),
+                )
+            )
+            _, grads = self._fn(trainables, non_trainables, xb, yb, wb)
+            parts.append(tree.map_structure(keras.ops.convert_to_numpy, grads))
+            parts[-1] = tree.map_structure(lambda g, r=stop - start: rows(g, r, self._stacked), parts[-1])
+        grads = tree.map_structure(lambda *p: np.concatenate(p, axis=int(self._stacked)), *parts)
+        if self._stacked:
+            grads = _normalize_and_weight(grads, self.ensemble.weights)
+        return tree.map_structure(lambda g: g.astype(np.float32, copy=False), grads)
+
+    @property
+    def _stacked(self):
+        return self.ensemble.normalize_gradients
+
+
+def _normalize_and_weight(grads, weights):
+    """(K, n, ...) member gradients -> sum_k alpha_k g_k / ||g_k||_2 (norm per sample, all inputs)."""
+    leaves = tree.flatten(grads)
+    k, n = leaves[0].shape[:2]
+    sq = sum(np.square(g.reshape(k, n, -1)).sum(axis=-1) for g in leaves)
+    scale = np.asarray(weights).reshape(k, 1) / np.maximum(np.sqrt(sq), 1e-12)
+
+    def combine(g):
+        return np.einsum("kn,kn...->n...", scale, g)
+
+    return tree.map_structure(combine, grads)
+
+
+def input_gradient(
+    model, x, y, *, sample_weight=None, loss=None, training=False, output=None, batch_size=None
+):
+    """One-shot form of `InputGradient`: d loss / d x for `model` at `(x, y)`.
+
+    The compiled function is cached on the model (for each combination of options), so repeated
+    calls do not rebuild it; the cache goes away with the model. Arguments, return value and errors
+    are those of `InputGradient`.
+    """
+
+    def factory():
+        return InputGradient(model, loss=loss, training=training, output=output, batch_size=batch_size)
+
+    fn = cached(model, "input", factory, loss=loss, training=training, output=output, batch_size=batch_size)
+    return fn(x, y, sample_weight)

@@ -1,0 +1,157 @@
+"""Gradient of the training loss w.r.t. a model's trainable weights: the gradient `fit` applies."""
+
+import keras
+from keras import tree
+
+from gradkit import _checks, _keras_internals, backend
+from gradkit.gradients._cache import cached
+from gradkit.gradients._labels import check_labels, check_sample_weight, labels_for_loss
+from gradkit.gradients._losses import keras_per_sample, resolve_loss
+from gradkit.gradients._model_io import check_x, n_outputs, output_index, select_output, training_kwargs
+
+
+class WeightGradient:
+    """Gradient of the training loss w.r.t. `model.trainable_weights`, compiled once.
+
+    The loss is the one `fit` minimizes on a batch: the Keras loss of each output, reduced the Keras
+    way (sum_i w_i * L_i / batch_size, where w_i are the sample weights), plus the model's
+    regularization losses (`model.losses`) when `include_regularization` is True. Variable values are
+    passed on every call, so later training is seen without recompiling. No loss scaling is applied,
+    so nothing needs undoing.
+
+    Args:
+        model: a built Keras model.
+        loss: None (the compiled loss) or a loss as in `InputGradient`.
+        training: mode of the forward pass. Defaults to True, as in `fit` (Dropout draws a mask from
+            the model's seed state, BatchNorm normalizes with the batch statistics); no variable of
+            the model is changed.
+        include_regularization: add `model.losses` (weight and activity regularizers). Defaults to True.
+        output: name or index of a single output to use, for multi-output models. Defaults to None:
+            a single-output model's only output, or every output with a compiled loss.
+    """
+
+    def __init__(self, model, *, loss=None, training=True, include_regularization=True, output=None):
+        if not isinstance(model, keras.Model):
+            raise TypeError(f"`model` must be a keras.Model. Received: {type(model).__name__}")
+        self.model = model
+        self.include_regularization = _checks.check_flag(include_regularization, "include_regularization")
+        self.heads = _heads(model, loss, output)
+        self._kwargs = training_kwargs(model, _checks.check_flag(training, "training"))
+        self._fn = backend.compile_grad(self._loss, "trainable")
+
+    def _loss(self, trainable, non_trainable, x, y, sample_weight):
+        out, _, reg = self.model.stateless_call(
+            trainable, non_trainable, x, return_losses=True, **self._kwargs
+        )
+        n = keras.ops.cast(keras.ops.shape(sample_weight)[0], "float32")
+        total = 0.0
+        for (index, spec, weight), target in zip(self.heads, y):
+            per_sample = keras_per_sample(spec, target, select_output(out, index))
+            total = total + weight * keras.ops.sum(per_sample * sample_weight) / n
+        if self.include_regularization and reg:
+            total = total + sum(keras.ops.cast(r, "float32") for r in reg)
+        return total
+
+    @property
+    def trace_count(self):
+        return self._fn.trace_count
+
+    def __call__(self, x, y, sample_weight=None):
+        x, n = check_x(self.model, x, require_float=False)
+        if isinstance(y, dict):
+            names = list(self.model.output_names)
+            missing = [names[i] for i, _, _ in self.heads if names[i] not in y]
+            if missing:
+                raise ValueError(f"`y` lacks targets for the outputs {missing}.")
+            targets = [y[names[i]] for i, _, _ in self.heads]
+        else:
+            targets = y if len(self.heads) > 1 else [y]
+        if len(targets) != len(self.heads):
+            raise ValueError(f"`y` must hold one target per output with a loss ({len(self.heads)}).")
+        ys = []
+        for (index, spec, _), target in zip(self.heads, targets):
+            n_classes = n_outputs(self.model, index, x)
+            labels = check_labels(target, n, n_classes, spec)
+            ys.append(
+                keras.ops.convert_to_tensor(
+                    labels_for_loss(labels, spec, n_classes) if spec.is_classification else labels
+                )
+            )
+        weights = keras.ops.convert_to_tensor(check_sample_weight(sample_weight, n))
+        if not self.model.trainable_variables:
+            raise ValueError("The model has no trainable weights, so there is no weight gradient.")
+        backend.batch_multiple()  # TF/torch: refuse an active keras.distribution rather than ignore it
+        trainable = backend.variable_values(self.model.trainable_variables, differentiable=True)
+        non_trainable = backend.variable_values(self.model.non_trainable_variables)
+        x = tree.map_structure(keras.ops.convert_to_tensor, x)
+        _, grads = self._fn(trainable, non_trainable, x, ys, weights)
+        return [keras.ops.convert_to_numpy(g) for g in grads]
+
+
+def _heads(model, loss, output):
+    """[(output index, LossSpec, loss weight)] for the outputs the training loss covers."""
+    names = list(getattr(model, "output_names", None) or [])
+    if output is not None or len(getattr(model, "outputs", None) or [None]) == 1:
+        index = output_index(model, output)
+        return [(index, resolve_loss(loss, model, output), 1.0)]
+    compiled = loss if loss is not None else getattr(model, "loss", None)
+    # compile(loss_weights=...) applies to the compiled loss only; Keras 3 keeps it on its CompileLoss.
+    weights = None if loss is not None else _keras_internals.compiled_loss_weights(model)
+
+    def weight(index):
+        if isinstance(weights, dict):
+            return float(weights.get(names[index], 1.0))
+        if isinstance(weights, (list, tuple)):
+            return float(weights[index])
+        return 1.0 if weights is None else float(weights)  # one number for one loss over all heads
+
+    if isinstance(compiled, dict):
+        chosen = [(names.index(k), k) for k in names if compiled.get(k) is not None]
+    elif isinstance(compiled, (list, tuple)):
+        chosen = [(i, i) for i, v in enumerate(compiled) if v is not None]
+    else:
+        return [(i, resolve_loss(compiled, model, i), weight(i)) for i in range(len(names))]
+    return [(index, resolve_loss(compiled[key], model, key), weight(index)) for index, key in chosen]
+
+
+def weight_gradients(
+    model, x, y, *, sample_weight=None, loss=None, training=True, include_regularization=True, output=None
+):
+    """Gradient of the training loss on one batch w.r.t. each of `model.trainable_weights`.
+
+    The gradient `fit` would apply on this batch (before any clipping), see `WeightGradient`. The
+    compiled function is cached on the model.
+
+    Args:
+        model: a built Keras model.
+        x: input batch `(n, ...)` (any dtype the model takes, integers included), or a list/dict.
+        y: targets: class ids `(n,)` or one-hot for cross-entropy losses, else the output's shape;
+            for several outputs, a list or dict with one entry per output with a loss.
+        sample_weight: non-negative float `(n,)`. Defaults to ones.
+        loss, training, include_regularization, output: see `WeightGradient`.
+
+    Returns:
+        list of numpy arrays, one per entry of `model.trainable_weights`, in that order and shape;
+        zeros for weights the loss does not reach.
+
+    Raises:
+        ValueError: an uncompiled model without `loss=`, bad shapes or labels, no trainable weights.
+        gradkit.errors.DisconnectedGradientError: the loss depends on none of the weights (argmax).
+        NotImplementedError: a `keras.distribution` is active on TensorFlow or PyTorch (JAX only).
+    """
+
+    def factory():
+        return WeightGradient(
+            model, loss=loss, training=training, include_regularization=include_regularization, output=output
+        )
+
+    fn = cached(
+        model,
+        "weights",
+        factory,
+        loss=loss,
+        training=training,
+        include_regularization=include_regularization,
+        output=output,
+    )
+    return fn(x, y, sample_weight)
