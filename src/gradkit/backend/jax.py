@@ -65,13 +65,19 @@ def _check_connected(fn, argnum, args):
         )
 
 
-def compile_grad(fn, wrt, per_output=False):
-    """Compile `fn(trainable, non_trainable, x, y, sample_weight)` and its gradient w.r.t. `wrt`."""
+def compile_grad(fn, wrt, per_output=False, has_aux=False):
+    """Compile `fn(trainable, non_trainable, x, y, sample_weight)` and its gradient w.r.t. `wrt`.
+
+    With `has_aux`, `fn` returns `(loss, aux)` and the call returns `((loss, aux), grads)`.
+    """
     argnum = 2 if wrt == "x" else 0
 
     def traced(*args):
         call.trace_count += 1
         return fn(*args)
+
+    def scalar(*args):
+        return fn(*args)[0] if has_aux else fn(*args)
 
     if per_output:
 
@@ -80,14 +86,14 @@ def compile_grad(fn, wrt, per_output=False):
 
         compiled = jax.jit(value_and_grad)
     else:
-        compiled = jax.jit(jax.value_and_grad(traced, argnums=argnum))
+        compiled = jax.jit(jax.value_and_grad(traced, argnums=argnum, has_aux=has_aux))
     checked = set()
 
     def call(*args):
         signature = jax.tree_util.tree_map(lambda a: (tuple(a.shape), str(a.dtype)), args)
         key = repr(signature)
         if key not in checked:
-            _check_connected(fn, argnum, args)
+            _check_connected(scalar, argnum, args)
             checked.add(key)
         return compiled(*args)
 

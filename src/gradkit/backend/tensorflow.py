@@ -42,8 +42,11 @@ def _gradient(tape, loss, target):
     return tf.nest.pack_sequence_as(target, grads)
 
 
-def compile_grad(fn, wrt, per_output=False):
-    """Compile `fn(trainable, non_trainable, x, y, sample_weight)` and its gradient w.r.t. `wrt`."""
+def compile_grad(fn, wrt, per_output=False, has_aux=False):
+    """Compile `fn(trainable, non_trainable, x, y, sample_weight)` and its gradient w.r.t. `wrt`.
+
+    With `has_aux`, `fn` returns `(loss, aux)` and the call returns `((loss, aux), grads)`.
+    """
 
     @tf.function(autograph=False)
     def value_and_grad(trainable, non_trainable, x, y, sample_weight):
@@ -51,12 +54,13 @@ def compile_grad(fn, wrt, per_output=False):
         target = x if wrt == "x" else trainable
         with tf.GradientTape(persistent=per_output, watch_accessed_variables=False) as tape:
             tape.watch(target)
-            loss = fn(trainable, non_trainable, x, y, sample_weight)
+            out = fn(trainable, non_trainable, x, y, sample_weight)
+            loss = out[0] if has_aux else out
             parts = [loss[k] for k in range(loss.shape[0])] if per_output else None
         if not per_output:
-            return loss, _gradient(tape, loss, target)
+            return out, _gradient(tape, loss, target)
         rows = [_gradient(tape, part, target) for part in parts]
-        return loss, tf.nest.map_structure(lambda *g: tf.stack(g), *rows)
+        return out, tf.nest.map_structure(lambda *g: tf.stack(g), *rows)
 
     def call(*args):
         return value_and_grad(*args)

@@ -49,8 +49,11 @@ def _gradient(loss, flat, retain):
     return [torch.zeros_like(t) if g is None else g for t, g in zip(flat, grads)]
 
 
-def compile_grad(fn, wrt, per_output=False):
-    """Wrap `fn(trainable, non_trainable, x, y, sample_weight)` to return it and its gradient."""
+def compile_grad(fn, wrt, per_output=False, has_aux=False):
+    """Wrap `fn(trainable, non_trainable, x, y, sample_weight)` to return it and its gradient.
+
+    With `has_aux`, `fn` returns `(loss, aux)` and the call returns `((loss, aux), grads)`.
+    """
     signatures, checked = set(), set()
 
     def call(trainable, non_trainable, x, y, sample_weight):
@@ -65,7 +68,8 @@ def compile_grad(fn, wrt, per_output=False):
             signatures.add(key)
             call.trace_count += 1
         with torch.enable_grad():
-            loss = fn(trainable, non_trainable, x, y, sample_weight)
+            out = fn(trainable, non_trainable, x, y, sample_weight)
+        loss = out[0] if has_aux else out
         if key not in checked:
             if loss.grad_fn is None or not _reaches(loss, flat):
                 raise DisconnectedGradientError(
@@ -78,7 +82,8 @@ def compile_grad(fn, wrt, per_output=False):
             grads = [torch.stack(g) for g in zip(*rows)]
         else:
             grads = _gradient(loss, flat, False)
-        return loss.detach(), tree.pack_sequence_as(target, grads)
+        value = (loss.detach(), tree.map_structure(lambda t: t.detach(), out[1])) if has_aux else loss.detach()
+        return value, tree.pack_sequence_as(target, grads)
 
     call.trace_count = 0
     return call
