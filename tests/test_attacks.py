@@ -10,7 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import MLPClassifier
 
 import gradkit
-from gradkit.attacks import _loop as _base
+from gradkit.attacks import _prepare as _base
 
 from conftest import set_weights_from
 
@@ -110,16 +110,28 @@ def a1_model():
 
 def test_a1_projection_around_clean_input_and_range():
     model, x0, y = a1_model(), np.array([[0.5, 0.5], [0.95, 0.02]], np.float32), [0, 0]
-    kw = dict(eps=0.1, eps_step=0.05, steps=10, clip_values=(0, 1))
+    kw = dict(eps=0.1, eps_step=0.05, steps=10, clip_values=(0, 1), keep="last")
     x_bim = gradkit.bim(model, x0, y, **kw)
     np.testing.assert_allclose(x_bim, [[0.6, 0.4], [1.0, 0.0]], atol=1e-7)
     assert distance(x_bim, x0, np.inf).max() <= 0.1 + 1e-6 and x_bim.min() >= 0 and x_bim.max() <= 1
     np.testing.assert_array_equal(gradkit.pgd(model, x0, y, random_start=False, **kw), x_bim)
-    one_step = gradkit.bim(model, x0, y, eps=0.1, eps_step=0.1, steps=1, clip_values=(0, 1))
+    one_step = gradkit.bim(model, x0, y, eps=0.1, eps_step=0.1, steps=1, clip_values=(0, 1), keep="last")
     np.testing.assert_array_equal(gradkit.fgsm(model, x0, y, eps=0.1, clip_values=(0, 1)), one_step)
     # L2: one step of 0.1 along (1, -1)/sqrt(2), then projected and clipped.
     x_l2 = gradkit.fgsm(model, x0[:1], y[:1], eps=0.1, norm="l2")
     np.testing.assert_allclose(x_l2, [[0.5 + 0.1 / np.sqrt(2), 0.5 - 0.1 / np.sqrt(2)]], atol=1e-7)
+
+
+def test_iterative_attacks_keep_the_first_iterate_that_fools_the_model():
+    # z1 - z0 = x0 - x1: both samples are fooled after one step (sample 1 was misclassified already,
+    # the clean start is not judged); later steps only push further, so "first_success" stops there.
+    model, x0, y = a1_model(), np.array([[0.5, 0.5], [0.95, 0.02]], np.float32), [0, 0]
+    for attack in (gradkit.bim, gradkit.pgd):
+        kw = dict(random_start=False) if attack is gradkit.pgd else {}
+        x_adv = attack(model, x0, y, eps=0.1, eps_step=0.05, steps=10, clip_values=(0, 1), **kw)
+        np.testing.assert_allclose(x_adv, [[0.55, 0.45], [1.0, 0.0]], atol=1e-7)
+    with pytest.raises(ValueError, match="`keep` must be one of"):
+        gradkit.bim(model, x0, y, eps=0.1, eps_step=0.05, steps=2, keep="best")
 
 
 def test_a2_labels_default_to_hard_predictions_and_soft_labels_rejected():

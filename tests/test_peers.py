@@ -78,6 +78,7 @@ def test_linf_pgd_equals_art_and_foolbox_exactly(a4_data, targeted):
         eps_step=0.025,
         steps=10,
         clip_values=(0, 1),
+        keep="last",  # the peers return the last iterate
         targeted=targeted,
         random_start=False,
     )
@@ -92,7 +93,7 @@ def test_linf_pgd_equals_art_and_foolbox_exactly(a4_data, targeted):
 
 def test_l2_pgd_agrees_with_art_and_foolbox(a4_data):
     model, (x, y) = a4_model(), a4_data
-    kw = dict(eps=0.3, eps_step=0.075, steps=10, norm=2, random_start=False)
+    kw = dict(eps=0.3, eps_step=0.075, steps=10, norm=2, random_start=False, keep="last")
     # foolbox also projects onto the ball and then clips to the box: equal up to float32 rounding of norms.
     ours = gradkit.pgd(model, x, y, clip_values=(0, 1), **kw)
     pgd = foolbox.attacks.L2PGD(abs_stepsize=0.075, steps=10, random_start=False)
@@ -117,7 +118,17 @@ def test_cnn_on_digits_pgd_equals_art_and_foolbox():
          keras.layers.Dense(10)]
     )  # fmt: skip
     cnn.compile(loss=LOGITS_CE)
-    ours = gradkit.pgd(cnn, x, y, eps=0.1, eps_step=0.025, steps=10, clip_values=(0, 1), random_start=False)
+    ours = gradkit.pgd(
+        cnn,
+        x,
+        y,
+        eps=0.1,
+        eps_step=0.025,
+        steps=10,
+        clip_values=(0, 1),
+        random_start=False,
+        keep="last",
+    )
     art = ProjectedGradientDescent(
         art_classifier(cnn), eps=0.1, eps_step=0.025, max_iter=10, num_random_init=0, batch_size=300,
         verbose=False,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import gradkit
-from gradkit.attacks import _loop as _base
+from gradkit.attacks import _prepare as _base
 
 from conftest import set_weights_from
 

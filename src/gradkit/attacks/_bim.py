@@ -19,6 +19,8 @@ def bim(
     loss=None,
     batch_size=None,
     output=None,
+    objective="loss_sum",
+    keep="first_success",
 ):
     """Basic Iterative Method (iterative FGSM): `steps` steps of size `eps_step`, no random start.
 
@@ -35,6 +37,15 @@ def bim(
             of `x`.
         eps_step: step size, a finite float > 0 (commonly eps / steps to 2.5 * eps / steps).
         steps: number of steps, an int >= 1.
+
+        objective: how an ensemble's members are combined into the objective: "loss_sum" (default,
+            sum_k alpha_k L_k, the gradient of the original boosting attacks), "logit_mean" (L of the
+            weighted mean logits), "prob_mean" (L of the weighted mean probabilities) or "vote_margin"
+            (a margin on the softmax-smoothed weighted vote, which follows a boosted model's real hard
+            vote); see the README's "Attacking ensembles". A single model ignores it.
+        keep: "first_success" (default): each sample keeps the first iterate that fooled the real
+            decision rule (argmax; an ensemble's weighted hard vote), else the iterate with the highest
+            objective; "last": the last iterate, as classic implementations return.
 
     Returns:
         Adversarial examples shaped like `x` (same structure), dtype of the model input (float32).
@@ -65,4 +76,6 @@ def bim(
         loss=loss,
         batch_size=batch_size,
         output=output,
+        objective=objective,
+        keep=keep,
     )

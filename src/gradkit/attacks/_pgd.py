@@ -19,6 +19,8 @@ def pgd(
     loss=None,
     batch_size=None,
     output=None,
+    objective="loss_sum",
+    keep="first_success",
     random_start=True,
     seed=None,
 ):
@@ -35,6 +37,7 @@ def pgd(
         eps, eps_step, steps: as in `gradkit.bim` (a common choice: eps_step = 2.5 * eps / steps).
         random_start: start from a random point of the ball (default True) or from `x`.
         seed: None (default: fresh randomness) or an int >= 0 seeding the random start.
+        objective, keep: as in `gradkit.bim`.
 
     Returns:
         Adversarial examples shaped like `x` (same structure), dtype of the model input (float32).
@@ -66,6 +69,8 @@ def pgd(
         loss=loss,
         batch_size=batch_size,
         output=output,
+        objective=objective,
+        keep=keep,
         random_start=random_start,
         seed=seed,
     )

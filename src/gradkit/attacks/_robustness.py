@@ -5,7 +5,7 @@ import numpy as np
 from keras import tree
 
 from gradkit import _checks
-from gradkit.attacks import _loop
+from gradkit.attacks import _prepare
 from gradkit.attacks._bim import bim
 from gradkit.attacks._fgsm import fgsm
 from gradkit.attacks._pgd import pgd
@@ -110,10 +110,10 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
         attack_kwargs = {**attack_kwargs, "batch_size": batch_size}
     if not isinstance(model, (keras.Model, WeightedEnsemble)):
         model = as_ensemble(model)  # one ensemble object, so every eps reuses its cached gradient
-    grad = _loop.gradient_for(
+    grad = _prepare.gradient_for(
         model, loss=attack_kwargs.get("loss"), output=attack_kwargs.get("output"), batch_size=batch_size
     )
-    x0, labels, n = _loop.prepare(grad, x, y, _checks.check_clip_values(attack_kwargs.get("clip_values")))
+    x0, labels, n = _prepare.prepare(grad, x, y, _checks.check_clip_values(attack_kwargs.get("clip_values")))
     if fn in _ATTACKS.values():  # validates every attack argument; at eps=0 the attack does no work
         fn(model, x0, labels, eps=0.0, **_with_step(attack_kwargs, 0.0, iterative))
 
@@ -126,5 +126,5 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
         x_adv = x0
         if eps > 0:
             x_adv = fn(model, x0, labels, eps=eps, **_with_step(attack_kwargs, eps, iterative))
-        accuracy.append(float(np.mean(_loop.predict_labels(grad, x_adv, batch_size) == labels)))
+        accuracy.append(float(np.mean(_prepare.predict_labels(grad, x_adv, batch_size) == labels)))
     return {"eps": epsilons, "accuracy": accuracy, "zero_gradient_fraction": zero_fraction}

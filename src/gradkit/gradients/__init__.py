@@ -5,6 +5,7 @@ The other names serve the layers above (attacks, monitor, boosting, study): labe
 model-input checks, each defined in one private module of this package.
 """
 
+from gradkit.gradients._attack_gradient import AttackGradient
 from gradkit.gradients._batches import predict_batched
 from gradkit.gradients._cache import cached
 from gradkit.gradients._ensemble import WeightedEnsemble
@@ -26,6 +27,7 @@ from gradkit.gradients._weight_gradient import WeightGradient
 from gradkit.gradients._weight_gradient import weight_gradients
 
 __all__ = [
+    "AttackGradient",
     "InputGradient",
     "LossSpec",
     "WeightGradient",

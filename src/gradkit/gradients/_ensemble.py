@@ -2,7 +2,6 @@
 
 import keras
 import numpy as np
-from keras import tree
 
 from gradkit import _checks
 from gradkit.gradients._batches import predict_batched

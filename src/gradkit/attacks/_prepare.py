@@ -1,0 +1,112 @@
+"""What every attack does before its first step: the compiled functions it uses (cached on the model or
+ensemble object, so repeated attacks trace once), argument and range checks, and labels from predictions.
+"""
+
+import keras
+from keras import tree
+
+from gradkit.gradients import AttackGradient, InputGradient, WeightedEnsemble, as_ensemble, cached, check_x
+
+OBJECTIVE_LOSSES = ("ce", "dlr", "margin")
+
+
+def owner(model):
+    """The object compiled functions are cached on: the model or ensemble itself, or the ensemble of a
+    boosting estimator (`as_ensemble()`)."""
+    return model if isinstance(model, (keras.Model, WeightedEnsemble)) else as_ensemble(model)
+
+
+def step_for(model, grad, *, loss, objective, targeted, output, batch_size, temperature=1.0):
+    """The cached `AttackGradient` for a classifier objective, or None where only `grad` applies.
+
+    None when `loss` is a Keras loss other than cross-entropy (regression), or for an ensemble with
+    `normalize_gradients=True` (per-member normalization lives in `InputGradient`).
+    """
+    if loss is None or isinstance(loss, str) and loss in OBJECTIVE_LOSSES:
+        name = loss or "ce"
+    else:
+        name = None
+    if name == "ce" and loss is None and grad.spec.kind not in ("sparse", "categorical", "binary"):
+        name = None
+    if name is None or grad.ensemble.normalize_gradients:
+        if objective != "loss_sum":
+            raise ValueError(
+                f"`objective`={objective!r} needs a classification loss (ce, dlr or margin) and an "
+                "ensemble without normalize_gradients. Received: objective={objective!r}"
+            )
+        return None
+    options = dict(loss=name, combination=objective, targeted=targeted, output=output, batch_size=batch_size,
+                   temperature=temperature)  # fmt: skip
+
+    def factory():
+        return AttackGradient(owner(model), **options)
+
+    return cached(owner(model), "attack", factory, **options)
+
+
+def gradient_for(model, *, loss=None, output=None, batch_size=None):
+    """The `InputGradient` (inference mode) for `model`, cached on the model or ensemble object.
+
+    Attacks with the same `(loss, output, batch_size)` on the same object reuse one compiled function,
+    so a robustness curve over many epsilons traces once (`.trace_count`). Keras models share the cache
+    of `gradkit.input_gradient`. Other objects (boosting estimators) are turned into an ensemble with
+    `as_ensemble`, and the cache lives on that ensemble.
+    """
+    model = owner(model)
+
+    keras_loss = loss
+    if loss in OBJECTIVE_LOSSES:  # labels are checked against the compiled classification loss if any
+        keras_loss = (
+            None if getattr(as_ensemble(model).models[0], "loss", None) else "sparse_categorical_crossentropy"
+        )
+
+    def factory():
+        return InputGradient(model, loss=keras_loss, training=False, output=output, batch_size=batch_size)
+
+    return cached(model, "input", factory, loss=loss, training=False, output=output, batch_size=batch_size)
+
+
+def _leaf_names(x):
+    if isinstance(x, dict):
+        return list(x)
+    if isinstance(x, (list, tuple)):
+        return [f"x[{i}]" for i in range(len(x))]
+    return ["x"]
+
+
+def check_range(x, clip_values):
+    """Raises ValueError when a leaf of the validated `x` lies outside `clip_values`."""
+    if clip_values is None:
+        return
+    lo, hi = clip_values
+    for name, leaf in zip(_leaf_names(x), tree.flatten(x)):
+        if leaf.min() < lo or leaf.max() > hi:
+            raise ValueError(
+                f"`x` must lie inside clip_values={clip_values} (input {name!r} spans "
+                f"[{leaf.min()}, {leaf.max()}]): the attack could not keep it in range otherwise."
+            )
+
+
+def predict_labels(grad, x, batch_size=None):
+    """Hard predictions `(n,)` int64 of the attacked output: the weighted hard vote of
+    `WeightedEnsemble.predict`, reading one-unit outputs as the attack's loss does (logits or not)."""
+    votes = grad.ensemble.decision_function(
+        x, batch_size or 256, output=grad.output_index, from_logits=[spec.from_logits for spec in grad.specs]
+    )
+    return votes.argmax(axis=1)
+
+
+def prepare(grad, x, y, clip_values, batch_size=None):
+    """Validated `(x, labels, n)`; `y=None` becomes the model's hard predictions (validated first)."""
+    if y is None:
+        if not grad.spec.is_classification:
+            raise ValueError(
+                f"`y` is required for the loss {grad.spec.name!r}: predictions are only used as labels "
+                "for classification losses. Received: y=None"
+            )
+        x, _ = check_x(grad.ensemble.models[0], x)
+        check_range(x, clip_values)
+        y = predict_labels(grad, x, batch_size)
+    x, labels, _, n = grad.check(x, y)
+    check_range(x, clip_values)
+    return x, labels, n

@@ -1,0 +1,133 @@
+"""One compiled call per attack step: the per-sample objective, its input gradient and every member's logits.
+
+`AttackGradient` is what iterative attacks call at each step. Besides the gradient it returns the value
+of the objective per sample (APGD's step-size rule needs it) and the logits of each member, from which the
+real decision rule (argmax, or an ensemble's weighted hard vote) is read at every iterate without a second
+forward pass. The ensemble weights are arguments of the compiled function, so ensembles of the same
+members with other weights reuse it.
+"""
+
+import keras
+import numpy as np
+from keras import tree
+
+from gradkit import _checks, backend
+from gradkit.gradients import _objectives
+from gradkit.gradients._batches import batches, take
+from gradkit.gradients._ensemble import as_ensemble, weighted_vote
+from gradkit.gradients._logits import activation_name, logits_model, output_layer
+from gradkit.gradients._losses import resolve_loss
+from gradkit.gradients._model_io import output_index, select_output, training_kwargs
+
+
+def member_forward(member, index):
+    """`(model, is_logits)`: the member with its final softmax/sigmoid removed where that is possible.
+
+    A compiled `from_logits=True` loss, or an output layer with no softmax/sigmoid, means logits. A
+    model whose softmax cannot be removed (subclassed) gives probabilities, turned into log-probabilities.
+    """
+    spec = resolve_loss(None, member, index) if getattr(member, "loss", None) else None
+    if spec is not None and spec.from_logits:
+        return member, True
+    layer = output_layer(member, index)
+    if layer is not None and activation_name(layer) in ("softmax", "sigmoid"):
+        return logits_model(member, index)
+    if layer is None:  # subclassed: only the compiled loss can tell
+        return member, not (spec is not None and spec.is_classification)
+    return member, True
+
+
+class AttackGradient:
+    """Per-sample objective, its gradient w.r.t. x and the members' logits, compiled once.
+
+    Args:
+        model: a Keras classifier, a `WeightedEnsemble` or a fitted boosting estimator.
+        loss: "ce" (cross-entropy), "dlr" (Croce & Hein 2020) or "margin" (Carlini & Wagner 2017).
+        combination: how an ensemble's members are combined, see `gradkit.gradients._objectives.combine`:
+            "loss_sum" (default), "logit_mean", "prob_mean" or "vote_margin".
+        targeted: whether the objective pulls towards target classes.
+        output: name or index of the classifier output, for multi-output models.
+        batch_size: rows per compiled call (the last batch is padded); None: all rows at once.
+        temperature: the vote's softmax temperature for "vote_margin". Defaults to 1.0.
+
+    Call (`__call__(x, labels, targets=None)` on validated numpy inputs):
+        Returns `(values, logits, grad)`: float64 `(n,)` objective values (to maximize), float32
+        `(K, n, C)` member logits, and the float32 gradient of sum(values) shaped like `x`.
+    """
+
+    def __init__(self, model, *, loss="ce", combination="loss_sum", targeted=False, output=None,
+                 batch_size=None, temperature=1.0):  # fmt: skip
+        self.ensemble = as_ensemble(model)
+        self.loss = _checks.check_choice(loss, "loss", _objectives.LOSSES)
+        self.combination = _checks.check_choice(combination, "objective", _objectives.COMBINATIONS)
+        self.targeted = _checks.check_flag(targeted, "targeted")
+        self.batch_size = _checks.check_batch_size(batch_size)
+        self.temperature = _checks.check_real(temperature, "temperature", minimum=0, strict=True)
+        first = self.ensemble.models[0]
+        self.output_index = output_index(first, output)
+        self._forward = [member_forward(m, self.output_index) for m in self.ensemble.models]
+        self.from_probabilities = [not is_logits for _, is_logits in self._forward]
+        self._kwargs = training_kwargs(first, False)
+        self._fn = backend.compile_grad(self._objective, "x", has_aux=True)
+
+    def _objective(self, trainables, non_trainables, x, y, weights):
+        logits = []
+        for k, (model, is_logits) in enumerate(self._forward):
+            out, _ = model.stateless_call(trainables[k], non_trainables[k], x, **self._kwargs)
+            logits.append(_objectives.as_logits(select_output(out, self.output_index), is_logits))
+        labels, targets = y
+        values = _objectives.combine(
+            logits, weights["alpha"], labels, targets, loss=self.loss, combination=self.combination,
+            targeted=self.targeted, temperature=self.temperature,
+        )  # fmt: skip
+        return keras.ops.sum(values * weights["rows"]), (values, keras.ops.stack(logits))
+
+    @property
+    def trace_count(self):
+        """How many times the objective was traced (TF, JAX) or distinct input signatures seen (torch)."""
+        return self._fn.trace_count
+
+    def _variables(self):
+        values = [
+            (
+                backend.variable_values(m.trainable_variables),
+                backend.variable_values(m.non_trainable_variables),
+            )
+            for m in self.ensemble.models
+        ]
+        return [v[0] for v in values], [v[1] for v in values]
+
+    def __call__(self, x, labels, targets=None, alphas=None):
+        n = len(labels)
+        targets = labels if targets is None else targets
+        alpha = np.asarray(self.ensemble.weights if alphas is None else alphas, np.float32)
+        trainables, non_trainables = self._variables()
+        values, logits, grads = [], [], []
+        multiple = backend.batch_multiple()
+        for start, stop in batches(n, self.batch_size):
+            pad = -(-(self.batch_size or stop - start) // multiple) * multiple
+            xb, yb, tb, wb = backend.distribute_batch(
+                (take(x, start, stop, pad), take(labels, start, stop, pad), take(targets, start, stop, pad),
+                 take(np.ones(n, np.float32), start, stop, pad, True))
+            )  # fmt: skip
+            (_, (v, z)), g = self._fn(
+                trainables,
+                non_trainables,
+                xb,
+                (yb, tb),
+                {"rows": wb, "alpha": keras.ops.convert_to_tensor(alpha)},
+            )
+            rows = stop - start
+            values.append(keras.ops.convert_to_numpy(v)[:rows])
+            logits.append(keras.ops.convert_to_numpy(z)[:, :rows])
+            grads.append(tree.map_structure(lambda a, r=rows: keras.ops.convert_to_numpy(a)[:r], g))
+        grad = tree.map_structure(lambda *p: np.concatenate(p).astype(np.float32, copy=False), *grads)
+        return np.concatenate(values).astype(np.float64), np.concatenate(logits, axis=1), grad
+
+    def decide(self, logits):
+        """The real decision `(n,)` int64 from member logits `(K, n, C)`: argmax for one model, the
+        weighted hard vote for an ensemble (ties to the lower class id, as `WeightedEnsemble.predict`)."""
+        if len(logits) == 1:
+            return logits[0].argmax(axis=-1)
+        votes = weighted_vote(logits.argmax(axis=-1), self.ensemble.weights, logits.shape[-1])
+        return votes.argmax(axis=-1)

@@ -1,0 +1,102 @@
+"""Per-sample attack objectives on member logits: the losses (CE, DLR, margin) and how an ensemble combines
+its members (loss_sum, logit_mean, prob_mean, vote_margin). Pure `keras.ops`, traced inside one compiled call.
+
+Every objective is a value to MAXIMIZE per sample: untargeted attacks push the true class `y` down,
+targeted ones push the target class `t` up.
+
+References:
+    Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
+    parameter-free attacks", ICML, https://arxiv.org/abs/2003.01690 (the DLR loss, eq. 6, and its
+    targeted form, eq. 7).
+    Carlini & Wagner (2017), "Towards evaluating the robustness of neural networks", IEEE S&P,
+    https://arxiv.org/abs/1608.04644 (the margin loss).
+    Tramer, Carlini, Brendel & Madry (2020), "On adaptive attacks to adversarial example defenses",
+    NeurIPS, https://arxiv.org/abs/2002.08347 (attack the ensemble's real decision, sec. 5).
+"""
+
+from keras import ops
+
+LOSSES = ("ce", "dlr", "margin")
+COMBINATIONS = ("loss_sum", "logit_mean", "prob_mean", "vote_margin")
+_BIG = 1e4  # pushes a class out of a max/sort without inf arithmetic
+_TINY = 1e-12
+
+
+def _other_max(z, onehot):
+    """max_{j != y} z_j, `(n,)`."""
+    return ops.max(z - _BIG * onehot, axis=-1)
+
+
+def ce(z, y, t, targeted):
+    """Cross-entropy of the logits: CE(y, z) untargeted, -CE(t, z) targeted."""
+    if targeted:
+        return -ops.sparse_categorical_crossentropy(t, z, from_logits=True)
+    return ops.sparse_categorical_crossentropy(y, z, from_logits=True)
+
+
+def margin(z, y, t, targeted):
+    """Margin loss: max_{j != y} z_j - z_y untargeted; z_t - max_{j != t} z_j targeted (> 0: success)."""
+    c = z.shape[-1]
+    if targeted:
+        ot = ops.one_hot(t, c)
+        return ops.sum(z * ot, axis=-1) - _other_max(z, ot)
+    oy = ops.one_hot(y, c)
+    return _other_max(z, oy) - ops.sum(z * oy, axis=-1)
+
+
+def dlr(z, y, t, targeted):
+    """Difference of Logits Ratio (Croce & Hein 2020, eq. 6 and 7), maximized.
+
+    Untargeted: -(z_y - max_{j != y} z_j) / (z_pi1 - z_pi3); targeted: -(z_y - z_t) / (z_pi1 -
+    (z_pi3 + z_pi4) / 2), with z_pi the logits sorted in decreasing order. Shift- and scale-invariant.
+    """
+    c = z.shape[-1]
+    top = ops.flip(ops.sort(z, axis=-1), axis=-1)
+    oy = ops.one_hot(y, c)
+    z_y = ops.sum(z * oy, axis=-1)
+    if targeted:
+        z_t = ops.sum(z * ops.one_hot(t, c), axis=-1)
+        return -(z_y - z_t) / (top[:, 0] - 0.5 * (top[:, 2] + top[:, 3]) + _TINY)
+    return -(z_y - _other_max(z, oy)) / (top[:, 0] - top[:, 2] + _TINY)
+
+
+_LOSS_FNS = {"ce": ce, "dlr": dlr, "margin": margin}
+
+
+def combine(logits, alphas, y, t, *, loss, combination, targeted, temperature=1.0):
+    """The per-sample objective `(n,)` of K members' logits `[(n, C)] * K` with weights `alphas` (K,).
+
+    - loss_sum: sum_k alpha_k L(z_k) (the gradient of the original boosting attacks);
+    - logit_mean: L(sum_k alpha_k z_k / sum_k alpha_k);
+    - prob_mean: L(log of the weighted mean of the members' softmax probabilities);
+    - vote_margin: a margin on the temperature-smoothed weighted vote V = sum_k alpha_k
+      softmax(z_k / T) / sum_k alpha_k (`loss` unused): max_{j != y} V_j - V_y, or V_t - max_{j != t} V_j.
+    """
+    fn = _LOSS_FNS[loss]
+    total = ops.sum(alphas)
+    if combination == "loss_sum" or len(logits) == 1 and combination != "vote_margin":
+        return sum(alphas[k] * fn(z, y, t, targeted) for k, z in enumerate(logits))
+    if combination == "logit_mean":
+        return fn(sum(alphas[k] * z for k, z in enumerate(logits)) / total, y, t, targeted)
+    if combination == "prob_mean":
+        mean = sum(alphas[k] * ops.softmax(z, axis=-1) for k, z in enumerate(logits)) / total
+        return fn(ops.log(mean + _TINY), y, t, targeted)
+    votes = sum(alphas[k] * ops.softmax(z / temperature, axis=-1) for k, z in enumerate(logits)) / total
+    return margin(votes, y, t, targeted)
+
+
+def as_logits(out, is_logits):
+    """Two-or-more-class logits `(n, C)` from a model output: probabilities become log-probabilities;
+    one unit (sigmoid) becomes the two-class logits [0, z]."""
+    out = ops.cast(out, "float32")
+    out = ops.reshape(out, (ops.shape(out)[0], -1))
+    if out.shape[-1] == 1:
+        z = out if is_logits else ops.log(out + _TINY) - ops.log(1.0 - out + _TINY)
+        return ops.concatenate([ops.zeros_like(z), z], axis=-1)
+    return out if is_logits else ops.log(ops.clip(out, _TINY, 1.0))
+
+
+def n_classes_of(out):
+    """Classes of a model output shape: its last axis, 2 for one sigmoid unit."""
+    c = int(out.shape[-1] or 0)
+    return 2 if c == 1 else c
