@@ -27,7 +27,11 @@ _EXPORTS = {
     "fgsm": "gradkit.attacks",
     "bim": "gradkit.attacks",
     "pgd": "gradkit.attacks",
+    "apgd": "gradkit.attacks",
+    "square": "gradkit.attacks",
     "robustness_curve": "gradkit.attacks",
+    "evaluate": "gradkit.evaluation",
+    "Evaluation": "gradkit.evaluation",
     # boosting
     "AdaBoostM1": "gradkit.boosting",
     "SAMME": "gradkit.boosting",

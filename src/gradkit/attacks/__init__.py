@@ -16,13 +16,27 @@ References:
     adversarial attacks", ICLR, https://arxiv.org/abs/1706.06083
 """
 
+from gradkit.attacks._apgd_attack import apgd
 from gradkit.attacks._bim import bim
 from gradkit.attacks._fgsm import fgsm
 from gradkit.attacks._pgd import pgd
+from gradkit.attacks._registry import NAMES
+from gradkit.attacks._registry import AttackResult
+from gradkit.attacks._registry import decide
+from gradkit.attacks._registry import is_ensemble
+from gradkit.attacks._registry import run_attack
 from gradkit.attacks._robustness import robustness_curve
+from gradkit.attacks._square_attack import square
 
 __all__ = [
+    "NAMES",
+    "AttackResult",
+    "apgd",
     "bim",
+    "decide",
+    "is_ensemble",
+    "run_attack",
+    "square",
     "fgsm",
     "pgd",
     "robustness_curve",

@@ -7,6 +7,8 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   arguments that gives `(loss, grads)`, the gradient taken w.r.t. `x` (`wrt="x"`) or w.r.t.
   `trainable` (`wrt="trainable"`). With `per_output=True`, `fn` returns a vector of K losses and the
   gradients have a leading axis of size K (one backward pass per entry, inside the same compiled call).
+- `compile_forward(fn)`: the same function compiled without a gradient (forward passes only).
+- `compile_grad(..., has_aux=True)`: `fn` returns `(loss, aux)`; the call returns `((loss, aux), grads)`.
 - `variable_values(variables, differentiable)`: the current values of Keras variables, passed as
   arguments so that later training is seen without recompiling.
 - `EAGER`: True where nothing is traced (PyTorch); gradkit then counts distinct input signatures.
@@ -41,6 +43,7 @@ else:  # pragma: no cover - numpy/openvino have no autodiff
 NAME = _name
 EAGER = _impl.EAGER
 compile_grad = _impl.compile_grad
+compile_forward = _impl.compile_forward
 variable_values = _impl.variable_values
 wrap_train_step = _impl.wrap_train_step
 batch_multiple = _impl.batch_multiple
@@ -53,6 +56,7 @@ __all__ = [
     "EAGER",
     "assign_add",
     "batch_multiple",
+    "compile_forward",
     "compile_grad",
     "distribute_batch",
     "group_norms",

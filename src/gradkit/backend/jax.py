@@ -194,3 +194,19 @@ def wrap_train_step(model, metric, norms_fn):
         return logs, state
 
     return train_step, test_step
+
+
+def compile_forward(fn):
+    """Compile `fn(trainable, non_trainable, x, y, weights)` without a gradient (`jax.jit`)."""
+
+    def traced(*args):
+        call.trace_count += 1
+        return fn(*args)
+
+    compiled = jax.jit(traced)
+
+    def call(*args):
+        return compiled(*args)
+
+    call.trace_count = 0
+    return call

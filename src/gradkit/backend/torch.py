@@ -82,7 +82,9 @@ def compile_grad(fn, wrt, per_output=False, has_aux=False):
             grads = [torch.stack(g) for g in zip(*rows)]
         else:
             grads = _gradient(loss, flat, False)
-        value = (loss.detach(), tree.map_structure(lambda t: t.detach(), out[1])) if has_aux else loss.detach()
+        value = loss.detach()
+        if has_aux:
+            value = (value, tree.map_structure(lambda t: t.detach(), out[1]))
         return value, tree.pack_sequence_as(target, grads)
 
     call.trace_count = 0
@@ -172,3 +174,19 @@ def wrap_train_step(model, metric, norms_fn):
         return logs
 
     return train_step, test_step
+
+
+def compile_forward(fn):
+    """`fn(trainable, non_trainable, x, y, weights)` run eagerly without autograd (`torch.no_grad`)."""
+    signatures = set()
+
+    def call(*args):
+        key = repr(tree.map_structure(lambda t: (tuple(t.shape), str(t.dtype)), args[2:4]))
+        if key not in signatures:
+            signatures.add(key)
+            call.trace_count += 1
+        with torch.no_grad():
+            return fn(*args)
+
+    call.trace_count = 0
+    return call

@@ -69,6 +69,7 @@ class AttackGradient:
         self.from_probabilities = [not is_logits for _, is_logits in self._forward]
         self._kwargs = training_kwargs(first, False)
         self._fn = backend.compile_grad(self._objective, "x", has_aux=True)
+        self._forward_fn = backend.compile_forward(lambda *args: self._objective(*args)[1])
 
     def _objective(self, trainables, non_trainables, x, y, weights):
         logits = []
@@ -84,8 +85,9 @@ class AttackGradient:
 
     @property
     def trace_count(self):
-        """How many times the objective was traced (TF, JAX) or distinct input signatures seen (torch)."""
-        return self._fn.trace_count
+        """How many times the objective was traced (TF, JAX) or distinct input signatures seen (torch),
+        with and without the gradient together."""
+        return self._fn.trace_count + self._forward_fn.trace_count
 
     def _variables(self):
         values = [
@@ -97,32 +99,43 @@ class AttackGradient:
         ]
         return [v[0] for v in values], [v[1] for v in values]
 
-    def __call__(self, x, labels, targets=None, alphas=None):
+    def _batches(self, x, labels, targets, alphas):
+        """Yields `(rows, args)` per padded batch; without `batch_size`, rows are padded to the next power
+        of two, so any sequence of row counts traces a bounded number of times."""
         n = len(labels)
         targets = labels if targets is None else targets
-        alpha = np.asarray(self.ensemble.weights if alphas is None else alphas, np.float32)
+        alpha = keras.ops.convert_to_tensor(
+            np.asarray(self.ensemble.weights if alphas is None else alphas, "float32")
+        )
         trainables, non_trainables = self._variables()
-        values, logits, grads = [], [], []
         multiple = backend.batch_multiple()
         for start, stop in batches(n, self.batch_size):
-            pad = -(-(self.batch_size or stop - start) // multiple) * multiple
+            size = self.batch_size or 1 << max(stop - start - 1, 0).bit_length()
+            pad = -(-size // multiple) * multiple
             xb, yb, tb, wb = backend.distribute_batch(
                 (take(x, start, stop, pad), take(labels, start, stop, pad), take(targets, start, stop, pad),
                  take(np.ones(n, np.float32), start, stop, pad, True))
             )  # fmt: skip
-            (_, (v, z)), g = self._fn(
-                trainables,
-                non_trainables,
-                xb,
-                (yb, tb),
-                {"rows": wb, "alpha": keras.ops.convert_to_tensor(alpha)},
-            )
-            rows = stop - start
+            yield stop - start, (trainables, non_trainables, xb, (yb, tb), {"rows": wb, "alpha": alpha})
+
+    def __call__(self, x, labels, targets=None, alphas=None):
+        values, logits, grads = [], [], []
+        for rows, args in self._batches(x, labels, targets, alphas):
+            (_, (v, z)), g = self._fn(*args)
             values.append(keras.ops.convert_to_numpy(v)[:rows])
             logits.append(keras.ops.convert_to_numpy(z)[:, :rows])
             grads.append(tree.map_structure(lambda a, r=rows: keras.ops.convert_to_numpy(a)[:r], g))
         grad = tree.map_structure(lambda *p: np.concatenate(p).astype(np.float32, copy=False), *grads)
         return np.concatenate(values).astype(np.float64), np.concatenate(logits, axis=1), grad
+
+    def forward(self, x, labels, targets=None, alphas=None):
+        """`(values, logits)` as `__call__` returns them, without the gradient (forward passes only)."""
+        values, logits = [], []
+        for rows, args in self._batches(x, labels, targets, alphas):
+            v, z = self._forward_fn(*args)
+            values.append(keras.ops.convert_to_numpy(v)[:rows])
+            logits.append(keras.ops.convert_to_numpy(z)[:, :rows])
+        return np.concatenate(values).astype(np.float64), np.concatenate(logits, axis=1)
 
     def decide(self, logits):
         """The real decision `(n,)` int64 from member logits `(K, n, C)`: argmax for one model, the

@@ -1,0 +1,120 @@
+"""`gradkit.apgd`: Auto-PGD with CE or DLR loss, untargeted or targeted (APGD-T), with restarts."""
+
+import numpy as np
+
+from gradkit import _checks
+from gradkit.attacks._apgd import apgd_core
+from gradkit.attacks._session import Session
+
+LOSSES = ("ce", "dlr")
+
+
+def _check_classes(loss, targeted, n_classes):
+    needed = 4 if targeted else 3
+    if loss == "dlr" and n_classes < needed:
+        raise ValueError(
+            f"`loss`='dlr' needs at least {needed} classes {'targeted' if targeted else 'untargeted'} (it "
+            f"divides by the gap between the 1st and {needed - 1}rd largest logits); the model has "
+            f"{n_classes}. Use loss='ce'."
+        )
+
+
+def apgd_run(model, x, y=None, *, eps, norm=np.inf, steps=100, loss="ce", targeted=False, n_restarts=1,
+             n_target_classes=9, clip_values=None, batch_size=None, output=None, objective="loss_sum",
+             rho=0.75, seed=None):  # fmt: skip
+    """`gradkit.apgd` returning `(x_adv, success (n,) bool, session)` (the session holds the costs)."""
+    loss = _checks.check_choice(loss, "loss", LOSSES)
+    steps = _checks.check_steps(steps)
+    n_restarts = _checks.check_int(n_restarts, "n_restarts", minimum=1)
+    n_target_classes = _checks.check_int(n_target_classes, "n_target_classes", minimum=1)
+    seed = _checks.check_seed(seed)
+    session = Session(model, x, y, eps=eps, norm=norm, clip_values=clip_values, batch_size=batch_size,
+                      output=output, loss=loss, objective=objective, targeted=targeted)  # fmt: skip
+    _check_classes(loss, session.targeted, session.n_classes)
+    x_adv, success = session.x0.copy(), np.zeros(len(session.labels), bool)
+    if session.eps == 0:
+        return x_adv, session.predict(x_adv) != session.labels, session
+    targets = [None]
+    if session.targeted:
+        ranks = session.top_classes(min(n_target_classes, session.n_classes - 1))
+        targets = [ranks[:, j] for j in range(ranks.shape[1])]
+    rng, tried = np.random.default_rng(seed), np.zeros(len(session.labels), bool)
+
+    def step(xs, labels, targets):  # APGD-T succeeds on any misclassification, as in AutoAttack
+        values, predictions, grad = session.step(xs, labels, targets)
+        if targets is not None:
+            predictions = np.where(predictions != labels, targets, labels)
+        return values, predictions, grad
+
+    for target in targets:
+        for _ in range(n_restarts):
+            todo = np.flatnonzero(~success)
+            if not len(todo):
+                return x_adv, success, session
+            adv, hit, _, _ = apgd_core(
+                step, session.x0[todo], session.labels[todo], eps=session.eps, norm=session.norm,
+                steps=steps, clip_values=session.clip_values, rng=rng, rho=rho,
+                targets=None if target is None else target[todo],
+            )  # fmt: skip
+            keep = hit | ~tried[todo]  # a point never broken keeps its first run's best iterate
+            x_adv[todo[keep]] = adv[keep]
+            success[todo[hit]], tried[todo] = True, True
+    return x_adv, success, session
+
+
+def apgd(model, x, y=None, *, eps, norm=np.inf, steps=100, loss="ce", targeted=False, n_restarts=1,
+         n_target_classes=9, clip_values=None, batch_size=None, output=None, objective="loss_sum", rho=0.75,
+         seed=None):  # fmt: skip
+    """Auto-PGD (Croce & Hein 2020): step-size-free PGD with momentum; CE or DLR loss; APGD-T.
+
+    The step size starts at 2 * eps and is halved at the checkpoints of Algorithm 1 when progress stalls
+    (restarting from the best point); momentum 0.75; success is judged at every iterate on the model's
+    real decision rule (argmax; an ensemble's or boosted model's weighted hard vote), and each sample
+    keeps its first fooling iterate, else its iterate of highest loss. Each restart attacks only the
+    points still robust. The whole run uses one compiled objective (`gradkit.gradients.AttackGradient`):
+    a row count that changes as points are broken is padded to the batch size, so it traces once.
+
+    Targeted (APGD-T, as in AutoAttack's standard version): for each of the `n_target_classes` most
+    likely classes other than the top one (per sample, clean logits), `n_restarts` runs towards it,
+    again only on the points still robust; `y` holds the TRUE labels in both modes.
+
+    Args:
+        model: a Keras classifier (single input), a `gradkit.WeightedEnsemble` or a fitted boosting
+            estimator. Probability outputs are read through the logits before a final softmax where the
+            graph shows one, else as log-probabilities.
+        x: float32 `(n, *input_shape)` in the model's input units, inside `clip_values`.
+        y: true class ids `(n,)` or one-hot `(n, C)`. Defaults to the model's predictions.
+        eps: radius of the threat model, float >= 0 (input units). norm: `np.inf` (default) or `2`.
+        steps: iterations per run, int >= 1. Defaults to 100 (AutoAttack's value).
+        loss: "ce" (cross-entropy, default) or "dlr" (Difference of Logits Ratio, eq. 6; targeted:
+            eq. 7). DLR needs >= 3 classes (>= 4 targeted): fewer raise ValueError.
+        targeted: False (default) or True (APGD-T over the top `n_target_classes` classes).
+        n_restarts: runs per target (random starts on the eps-sphere), int >= 1. Defaults to 1.
+        n_target_classes: targets tried by APGD-T, int >= 1 (capped at C - 1). Defaults to 9.
+        clip_values: None or `(min, max)`, the valid input range.
+        batch_size: rows per compiled call. Defaults to None: min(256, next power of two >= n).
+        output: name or index of the attacked output of a multi-output model.
+        objective: how an ensemble's members are combined, as in `gradkit.bim`. Defaults to "loss_sum".
+        rho: threshold of the step-size rule (condition 1), in [0, 1]. Defaults to 0.75.
+        seed: None or int >= 0 seeding the random starts (numpy).
+
+    Returns:
+        float32 `(n, *input_shape)` adversarial examples, in the eps-ball around `x` and in `clip_values`.
+
+    Raises:
+        ValueError: eps < 0, a bad norm, loss, steps < 1, n_restarts < 1, too few classes for DLR, labels
+            out of range, `x` outside `clip_values`; before any work.
+        TypeError: several inputs (use `gradkit.pgd`), non-integer counts, a bad `model`.
+
+    References:
+        Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
+        parameter-free attacks", ICML, https://arxiv.org/abs/2003.01690 (Algorithm 1; DLR eq. 6-7).
+
+    Example:
+        >>> x_adv = gradkit.apgd(model, x, y, eps=8 / 255, loss="dlr", clip_values=(0, 1))  # doctest: +SKIP
+    """
+    return apgd_run(
+        model, x, y, eps=eps, norm=norm, steps=steps, loss=loss, targeted=targeted, n_restarts=n_restarts,
+        n_target_classes=n_target_classes, clip_values=clip_values, batch_size=batch_size, output=output,
+        objective=objective, rho=rho, seed=seed,
+    )[0]  # fmt: skip

@@ -1,0 +1,64 @@
+"""What APGD and Square share: validation, one cached compiled objective, and the step/forward callables
+their numpy cores call on any subset of rows, with the cost counted per sample."""
+
+import numpy as np
+
+from gradkit import _checks
+from gradkit.attacks._prepare import gradient_for, owner, prepare, step_for
+
+
+class Session:
+    """A validated attack on `(x, y)`: the callables for the numpy cores and their per-row cost.
+
+    Attributes:
+        x0: float32 `(n, ...)` clean inputs; labels: int32 `(n,)`; n_classes: C.
+        n_forwards, n_gradients: rows evaluated without / with a gradient so far.
+    """
+
+    def __init__(self, model, x, y, *, eps, norm, clip_values, batch_size, output, loss, objective,
+                 targeted=False, temperature=1.0):  # fmt: skip
+        self.eps, self.norm = _checks.check_eps(eps), _checks.check_norm(norm)
+        self.clip_values = _checks.check_clip_values(clip_values)
+        batch_size = _checks.check_batch_size(batch_size)
+        self.targeted = _checks.check_flag(targeted, "targeted")
+        if isinstance(x, (list, tuple, dict)):
+            raise TypeError(
+                "`x` must be one array: APGD and Square attack single-input models. Received: x of type "
+                f"{type(x).__name__} (use gradkit.pgd for several inputs)"
+            )
+        grad = gradient_for(model, loss=loss, output=output, batch_size=batch_size)
+        self.x0, self.labels, n = prepare(grad, x, y, self.clip_values, batch_size)
+        if self.x0.ndim < 2:
+            raise ValueError(f"`x` must have a batch axis and features. Received: x.shape={self.x0.shape}")
+        self.objective = step_for(owner(model), grad, loss=loss, objective=objective, targeted=targeted,
+                                  output=output, batch_size=batch_size or min(256, 1 << (n - 1).bit_length()),
+                                  temperature=temperature)  # fmt: skip
+        if self.objective is None:
+            raise ValueError(f"`loss` must be one of 'ce', 'dlr', 'margin'. Received: loss={loss!r}")
+        _, logits = self.objective.forward(self.x0[:1], self.labels[:1])
+        self.n_classes = logits.shape[-1]
+        self.n_forwards = self.n_gradients = 0
+
+    def step(self, x, labels, targets):
+        """`(values, predictions, grad)` on the given rows, counted."""
+        values, logits, grad = self.objective(x, labels, targets)
+        self.n_gradients += len(labels)
+        return values, self.objective.decide(logits), grad
+
+    def forward(self, x, labels, targets):
+        """`(values, predictions)` on the given rows, counted."""
+        values, logits = self.objective.forward(x, labels, targets)
+        self.n_forwards += len(labels)
+        return values, self.objective.decide(logits)
+
+    def predict(self, x):
+        """The real decision `(n,)` on `x`."""
+        return self.forward(x, self.labels, None)[1]
+
+    def top_classes(self, k):
+        """`(n, k)`: for each sample, its k most likely classes other than the top one, by the clean
+        logits (the weighted mean over members for an ensemble), most likely first."""
+        _, logits = self.objective.forward(self.x0, self.labels)
+        weights = np.asarray(self.objective.ensemble.weights).reshape(-1, 1, 1)
+        order = np.argsort(-(weights * logits).sum(axis=0), axis=1)
+        return order[:, 1 : k + 1]
