@@ -13,7 +13,9 @@ At each checkpoint `w_j = ceil(p_j * steps)` (`checkpoints`) a sample halves its
 from its best point (with that point's gradient) when condition 1 (fewer than `rho * (w_j - w_{j-1})`
 increases of the objective since the last checkpoint) or condition 2 (step size not halved at the last
 checkpoint and best objective not improved since) holds; as in AutoAttack, condition 2 cannot fire at
-the first checkpoint. Checkpoints follow the paper's ceil (AutoAttack's code floors; equal for 100 steps).
+the first checkpoint. Checkpoints follow the paper's ceil (AutoAttack's code floors; equal for 100 steps)
+and condition 1 its strict `<` (AutoAttack's code halves at `<=`); after a restart, the next increase is
+counted against the objective of the iterate that was replaced (as in AutoAttack's code).
 
 References:
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
@@ -104,7 +106,7 @@ def _checkpoint(run, idx, length):
 
 
 def _init_run(step, x0, labels, targets, x_start, **options):
-    """The state of one APGD run: every array full size `(n, ...)`; rows drop out via `active`."""
+    """The state of one APGD run, every array full size `(n, ...)`, after `step` at the start point."""
     n = len(x0)
     run = SimpleNamespace(step=step, x0=x0, labels=labels, targets=targets, calls=0, **options)
     run.x, run.x_prev = x_start.copy(), x_start.copy()

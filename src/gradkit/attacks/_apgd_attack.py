@@ -30,7 +30,7 @@ def apgd_run(model, x, y=None, *, eps, norm=np.inf, steps=100, loss="ce", target
     seed = _checks.check_seed(seed)
     session = Session(model, x, y, eps=eps, norm=norm, clip_values=clip_values, batch_size=batch_size,
                       output=output, loss=loss, objective=objective, targeted=targeted)  # fmt: skip
-    _check_classes(loss, session.targeted, session.n_classes)
+    _check_classes(loss, session.targeted, session.n_classes)  # before the first forward pass
     x_adv, success = session.x0.copy(), np.zeros(len(session.labels), bool)
     if session.eps == 0:
         return x_adv, session.predict(x_adv) != session.labels, session

@@ -5,6 +5,7 @@ import numpy as np
 
 from gradkit import _checks
 from gradkit.attacks._prepare import gradient_for, owner, prepare, step_for
+from gradkit.gradients import n_outputs
 
 
 class Session:
@@ -35,8 +36,8 @@ class Session:
                                   temperature=temperature)  # fmt: skip
         if self.objective is None:
             raise ValueError(f"`loss` must be one of 'ce', 'dlr', 'margin'. Received: loss={loss!r}")
-        _, logits = self.objective.forward(self.x0[:1], self.labels[:1])
-        self.n_classes = logits.shape[-1]
+        classes = n_outputs(grad.ensemble.models[0], grad.output_index, self.x0)
+        self.n_classes = 2 if classes == 1 else classes
         self.n_forwards = self.n_gradients = 0
 
     def step(self, x, labels, targets):

@@ -1,0 +1,129 @@
+"""gradkit.apgd and gradkit.square on real Keras models, on every backend: threat-model properties,
+strength against PGD, one trace per run, the ensemble objectives, bad input."""
+
+import keras
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+
+import gradkit
+from gradkit.attacks import decide, run_attack
+
+
+@pytest.fixture(scope="module")
+def digits_mlp():
+    keras.utils.set_random_seed(0)
+    d = load_digits()
+    x, y = (d.data / 16.0).astype("float32"), d.target
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
+                              keras.layers.Dense(10, activation="softmax")])  # fmt: skip
+    model.compile(keras.optimizers.Adam(0.01), "sparse_categorical_crossentropy")
+    model.fit(x[:1200], y[:1200], epochs=15, batch_size=64, verbose=0)
+    return model, x[1200:1400], y[1200:1400]
+
+
+def accuracy(model, x, y):
+    return float(np.mean(decide(model, x) == y))
+
+
+@pytest.mark.parametrize("norm, eps", [(np.inf, 0.1), (2, 1.0)])
+def test_apgd_and_square_stay_in_ball_and_box_and_repeat(digits_mlp, norm, eps):
+    model, x, y = digits_mlp
+    for attack in (
+        lambda s: gradkit.apgd(model, x, y, eps=eps, norm=norm, steps=20, clip_values=(0, 1), seed=s),
+        lambda s: gradkit.square(model, x, y, eps=eps, norm=norm, n_queries=50, clip_values=(0, 1), seed=s),
+    ):
+        adv = attack(0)
+        delta = (adv - x).reshape(len(x), -1)
+        size = np.abs(delta).max(axis=1) if norm == np.inf else np.linalg.norm(delta, axis=1)
+        assert size.max() <= eps + 1e-5 and adv.min() >= 0 and adv.max() <= 1
+        np.testing.assert_array_equal(attack(0), adv)
+        assert accuracy(model, adv, y) < accuracy(model, x, y)
+    np.testing.assert_array_equal(gradkit.apgd(model, x, y, eps=0.0), x)
+
+
+def test_apgd_is_at_least_as_strong_as_pgd_and_traces_once(digits_mlp):
+    model, x, y = digits_mlp
+    pgd = gradkit.pgd(model, x, y, eps=0.1, eps_step=0.025, steps=10, clip_values=(0, 1), seed=0)
+    ce = gradkit.apgd(model, x, y, eps=0.1, steps=50, clip_values=(0, 1), seed=0)
+    dlr = gradkit.apgd(model, x, y, eps=0.1, steps=50, loss="dlr", clip_values=(0, 1), seed=0)
+    t = gradkit.apgd(model, x, y, eps=0.1, steps=20, loss="dlr", targeted=True, n_target_classes=3,
+                     clip_values=(0, 1), seed=0)  # fmt: skip
+    clean, pgd_acc = accuracy(model, x, y), accuracy(model, pgd, y)
+    assert min(accuracy(model, ce, y), accuracy(model, dlr, y)) <= pgd_acc  # DLR alone may trail CE
+    assert accuracy(model, dlr, y) < clean - 0.3
+    assert accuracy(model, t, y) < clean
+    objectives = [f for key, f in vars(model)["_gradkit_cache"].items() if key[0] == "attack"]
+    assert objectives and all(f.trace_count <= 2 for f in objectives)  # with and without gradient
+
+
+def test_run_attack_reports_success_on_the_real_decision_and_costs(digits_mlp):
+    model, x, y = digits_mlp
+    result = run_attack("apgd-ce", model, x, y, eps=0.1, clip_values=(0, 1), seed=0, steps=10)
+    np.testing.assert_array_equal(result.success, decide(model, result.x_adv) != y)
+    assert 0 < result.n_gradients <= len(x) * 11 + len(x) and result.zero_gradient.shape == (len(x),)
+    assert not result.from_probabilities  # the softmax was removed: logits
+    square = run_attack("square", model, x, y, eps=0.1, clip_values=(0, 1), seed=0, n_queries=20)
+    assert square.n_gradients == 0 and len(x) <= square.n_forwards <= 20 * len(x) + 1
+
+
+def test_ensemble_objectives_all_attack_the_vote(digits_mlp):
+    model, x, y = digits_mlp
+    other = keras.models.clone_model(model)
+    other.set_weights([w * 0.9 for w in model.get_weights()])
+    ens = gradkit.WeightedEnsemble([model, other], [0.6, 0.4])
+    clean = accuracy(ens, x, y)
+    for objective in ("loss_sum", "logit_mean", "prob_mean", "vote_margin"):
+        adv = gradkit.apgd(ens, x, y, eps=0.1, steps=20, clip_values=(0, 1), seed=0, objective=objective)
+        assert accuracy(ens, adv, y) < clean - 0.1, objective
+
+
+def test_vote_margin_follows_a_vote_that_the_loss_sum_cannot_see():
+    # Weights 0.6 / 0.4: the first member alone decides the hard vote (class 1 iff x0 > 0.5). The second
+    # (z1 = 30 - 50 x0) is saturated on class 1, yet its cross-entropy gradient is 50x larger and points
+    # the other way, so the loss_sum steps move x0 down and never change the vote; the margin of the
+    # smoothed vote follows the deciding member and flips the vote.
+    inp = keras.Input((2,))
+    deciding = keras.Model(inp, keras.layers.Dense(2)(inp))
+    deciding.set_weights([np.array([[0.0, 1.0], [0.0, 0.0]], "float32"), np.array([0.0, -0.5], "float32")])
+    loud = keras.Model(inp, keras.layers.Dense(2)(inp))
+    loud.set_weights([np.array([[0.0, -50.0], [0.0, 0.0]], "float32"), np.array([0.0, 30.0], "float32")])
+    for member in (deciding, loud):
+        member.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    ens = gradkit.WeightedEnsemble([deciding, loud], [0.6, 0.4])
+    x, y = np.array([[0.45, 0.5]], "float32"), np.array([0])
+    assert decide(ens, x)[0] == 0
+    kw = dict(eps=0.1, eps_step=0.05, steps=4, clip_values=(0, 1), random_start=False)
+    assert decide(ens, gradkit.pgd(ens, x, y, objective="loss_sum", **kw))[0] == 0
+    fooled = gradkit.pgd(ens, x, y, objective="vote_margin", **kw)
+    assert decide(ens, fooled)[0] == 1
+    np.testing.assert_allclose(fooled, [[0.55, 0.5]], atol=1e-6)  # the first iterate that fooled the vote
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(eps=-0.1), ValueError, "`eps` must be >= 0"),
+        (dict(eps=0.1, loss="hinge"), ValueError, "`loss` must be one of"),
+        (dict(eps=0.1, steps=0), ValueError, "`steps` must be an integer >= 1"),
+        (dict(eps=0.1, n_restarts=1.5), TypeError, "`n_restarts` must be an integer"),
+        (dict(eps=0.1, objective="max"), ValueError, "`objective` must be one of"),
+    ],
+)
+def test_apgd_bad_input(digits_mlp, kwargs, error, match):
+    model, x, y = digits_mlp
+    with pytest.raises(error, match=match):
+        gradkit.apgd(model, x[:4], y[:4], **kwargs)
+
+
+def test_dlr_needs_enough_classes_and_square_needs_queries():
+    inp = keras.Input((3,))
+    model = keras.Model(inp, keras.layers.Dense(3)(inp))
+    x, y = np.zeros((2, 3), "float32"), np.array([0, 1])
+    gradkit.apgd(model, x, y, eps=0.1, loss="dlr", steps=2)  # 3 classes: untargeted DLR works
+    with pytest.raises(ValueError, match="at least 4 classes targeted"):
+        gradkit.apgd(model, x, y, eps=0.1, loss="dlr", targeted=True)
+    with pytest.raises(ValueError, match="`n_queries` must be an integer >= 1"):
+        gradkit.square(model, x, y, eps=0.1, n_queries=0)
+    with pytest.raises(TypeError, match="single-input"):
+        gradkit.square(model, [x], y, eps=0.1)
