@@ -10,8 +10,8 @@ import pytest
 from sklearn.tree import DecisionTreeClassifier
 
 import gradkit
-from gradkit import persistence
 from gradkit.boosting import SAMME
+from gradkit.boosting import _persistence as persistence
 
 FIT = {"epochs": 5, "batch_size": 16}
 

@@ -1,0 +1,122 @@
+"""`AdaBoostM1` and `SAMME`: the learner weight alpha_t and the stopping rule of each, nothing else.
+
+With the weighted error e_t of round t (normalized weights w, sum 1):
+
+    AdaBoost.M1: alpha_t = ln((1 - e_t) / e_t),                              stops at e_t >= 1/2
+    SAMME:       alpha_t = learning_rate * (ln((1 - e_t) / e_t) + ln(K - 1)), stops at e_t >= 1 - 1/K
+
+For K = 2 the two agree. Everything else (the loop, the weights, the votes) is `BaseBoosting`'s.
+"""
+
+import numpy as np
+
+from gradkit.boosting._base import BaseBoosting
+
+# The parameters every boosting estimator documents; `{extra_args}` is the concrete class's own.
+CLASS_DOC = """{title}
+
+{rule}
+
+Args:
+    build_fn: callable with no arguments returning a fresh learner each round: a compiled
+        keras.Model with K output units (or 1 sigmoid unit when K = 2), or any object with
+        `fit(x, y, sample_weight=...)` and `predict(x)` (e.g. a scikit-learn decision stump), which
+        gets class ids 0..K-1. It is called once at the start of `fit` and checked before training.
+    n_estimators: maximum number of rounds, >= 1. Defaults to 10.{extra_args}
+    fit_kwargs: dict passed to each learner's `fit` (e.g. `{{"epochs": 5, "batch_size": 32}}`;
+        Keras learners default to `verbose=0`). Defaults to None.
+    random_state: int seed or None. With an int, `keras.utils.set_random_seed(random_state + t)`
+        runs before round t is built (this reseeds Python, numpy and the backend globally), so
+        every round is reproducible and a resumed fit equals an uninterrupted one. Defaults to None.
+    adversarial: None, or a dict `{{"attack": "fgsm" | "pgd", "eps": float, **attack kwargs}}`. In
+        round t > 0 the attack (`gradkit.attacks.fgsm` / `pgd`) is run against the ensemble of
+        rounds 0..t-1 (`WeightedEnsemble`, true labels), and the new learner trains on the clean
+        samples plus their adversarial copies, copy i carrying boosting weight w_i. Round 0 has no
+        ensemble: its learner is first trained on the clean data, attacked, then trained further on
+        clean plus adversarial. Errors, alphas and weight updates use the clean samples only. Other
+        keys (eps_step, steps, norm, clip_values, ...) go to the attack. Defaults to None.
+    checkpoint_dir: directory where the fit is saved atomically after every round (Keras
+        learners only), and that `fit(..., resume=True)` resumes from. Defaults to None.
+    verbose: 0 silent; >= 1 one line per round (error, alpha, seconds). Defaults to 1.
+
+Attributes:
+    estimators_: list of the T fitted learners (T <= n_estimators: the rounds actually kept).
+    estimator_weights_: float64 `(T,)`, alpha_t of each kept round.
+    estimator_errors_: float64 `(T,)`, weighted training error e_t of each kept round.
+    classes_: `(K,)` array, `np.unique(y)`. n_classes_: int K.
+
+References:
+    {references}
+"""
+
+
+class AdaBoostM1(BaseBoosting):
+    def _alpha(self, error, n_classes):
+        return float(np.log((1.0 - error) / error))
+
+    def _max_error(self, n_classes):
+        return 0.5
+
+
+class SAMME(BaseBoosting):
+    # Its own signature: scikit-learn's get_params reads the parameters from the class's __init__.
+    def __init__(
+        self,
+        build_fn,
+        *,
+        n_estimators=10,
+        learning_rate=1.0,
+        fit_kwargs=None,
+        random_state=None,
+        adversarial=None,
+        checkpoint_dir=None,
+        verbose=1,
+    ):
+        super().__init__(
+            build_fn,
+            n_estimators=n_estimators,
+            fit_kwargs=fit_kwargs,
+            random_state=random_state,
+            adversarial=adversarial,
+            checkpoint_dir=checkpoint_dir,
+            verbose=verbose,
+        )
+        self.learning_rate = learning_rate
+
+    def _alpha(self, error, n_classes):
+        return float(self.learning_rate * (np.log((1.0 - error) / error) + np.log(n_classes - 1.0)))
+
+    def _max_error(self, n_classes):
+        return 1.0 - 1.0 / n_classes
+
+
+AdaBoostM1.__doc__ = CLASS_DOC.format(
+    title="AdaBoost.M1 (Freund & Schapire 1996) over Keras networks (or scikit-learn style learners).",
+    rule=(
+        "Learner weight alpha_t = ln((1 - e_t) / e_t); stops at e_t >= 1/2 (see `gradkit.boosting` for\n"
+        "the weights, the stopping rules and the references). For K = 2 it equals `SAMME`."
+    ),
+    extra_args="",
+    references=(
+        'Freund & Schapire (1996), "Experiments with a new boosting algorithm", ICML,\n'
+        "    https://dl.acm.org/doi/10.5555/3091696.3091715"
+    ),
+)
+
+SAMME.__doc__ = CLASS_DOC.format(
+    title="SAMME, multi-class AdaBoost (Zhu et al. 2009), over Keras networks or scikit-learn learners.",
+    rule=(
+        "alpha_t = learning_rate * (ln((1 - e_t) / e_t) + ln(K - 1)); stops at e_t >= 1 - 1/K. With a\n"
+        "deterministic learner it reproduces `sklearn.ensemble.AdaBoostClassifier` (weights, errors,\n"
+        "decision function, probabilities, predictions).\n\n"
+        "Example:\n"
+        "    >>> stump = lambda: DecisionTreeClassifier(max_depth=1)       # doctest: +SKIP\n"
+        "    >>> clf = SAMME(stump, n_estimators=20).fit(x, y)             # doctest: +SKIP\n"
+        "    >>> clf.predict(x)                                            # doctest: +SKIP"
+    ),
+    extra_args="\n    learning_rate: shrinkage of every alpha_t, > 0. Defaults to 1.0.",
+    references=(
+        'Zhu, Zou, Rosset & Hastie (2009), "Multi-class AdaBoost", Statistics and Its Interface 2(3),\n'
+        "    https://doi.org/10.4310/SII.2009.v2.n3.a8"
+    ),
+)

@@ -1,0 +1,104 @@
+"""The weak learners of boosting: what they must be, their predicted ids, their targets, their attacks.
+
+A learner is a compiled Keras classifier with one output (K units, or 1 sigmoid unit when K = 2), or
+any object with `fit(x, y, sample_weight=...)` and `predict(x)` returning class ids 0..K-1.
+"""
+
+import inspect
+
+import keras
+import numpy as np
+
+from gradkit.attacks import fgsm, pgd
+from gradkit.gradients import predict_batched, resolve_loss
+
+PREDICT_BATCH = 256
+ATTACKS = {"fgsm": fgsm, "pgd": pgd}  # the attacks `adversarial` may name
+
+
+def is_keras(learner):
+    """True for a Keras model (gradient-based features need one)."""
+    return isinstance(learner, keras.Model)
+
+
+def units(learner, x):
+    """Size of the learner's output (its last axis; 1 for a flat output)."""
+    outputs = getattr(learner, "outputs", None)
+    shape = tuple(outputs[0].shape) if outputs else np.shape(learner.predict(x[:1], verbose=0))
+    return int(shape[-1]) if len(shape) > 1 else 1
+
+
+def _check_keras(learner, x, n_classes):
+    if not getattr(learner, "compiled", False):
+        raise ValueError("`build_fn` must return a compiled keras.Model: call `model.compile(...)` in it.")
+    resolve_loss(None, learner)  # ValueError if compiled without a loss
+    if len(getattr(learner, "outputs", None) or [None]) != 1:
+        raise ValueError("`build_fn` must return a model with a single output.")
+    n_units = units(learner, x)
+    if n_units != n_classes and not (n_units == 1 and n_classes == 2):
+        raise ValueError(
+            f"The model from `build_fn` has {n_units} output units but y has {n_classes} classes: use "
+            f"{n_classes} units (or 1 sigmoid unit for 2 classes)."
+        )
+
+
+def check_learner(learner, x, n_classes, adversarial, checkpoint_dir):
+    """Raises before any training if a fresh learner cannot be boosted.
+
+    Raises:
+        ValueError: a Keras model not compiled, compiled without a loss, with several outputs, or
+            with a unit count that does not fit `n_classes`.
+        TypeError: neither a Keras model nor an object with `fit(..., sample_weight=...)` and
+            `predict`; `adversarial` or `checkpoint_dir` set for learners that are not Keras models.
+    """
+    if is_keras(learner):
+        _check_keras(learner, x, n_classes)
+        return
+    if not (callable(getattr(learner, "fit", None)) and callable(getattr(learner, "predict", None))):
+        raise TypeError(
+            "`build_fn` must return a compiled keras.Model or an object with fit(x, y, sample_weight=...) "
+            f"and predict(x). Received: {type(learner).__name__}"
+        )
+    if "sample_weight" not in inspect.signature(learner.fit).parameters:
+        raise TypeError(
+            f"The learner {type(learner).__name__} from `build_fn` has no `sample_weight` argument in fit(); "
+            "boosting needs learners that take sample weights (it would silently run unweighted)."
+        )
+    if adversarial is not None:
+        raise TypeError("`adversarial` needs Keras learners (attacks use input gradients).")
+    if checkpoint_dir is not None:
+        raise TypeError("`checkpoint_dir` needs Keras learners (members are saved as .keras files).")
+
+
+def predict_ids(learner, x):
+    """Class ids `(n,)` int64 predicted by one learner (1 sigmoid unit: 0/1 at p = 0.5 or logit 0)."""
+    if not is_keras(learner):
+        return np.asarray(learner.predict(x)).reshape(-1).astype(np.int64)
+    out = np.asarray(predict_batched(learner, x, PREDICT_BATCH))
+    out = out.reshape(out.shape[0], -1)
+    if out.shape[1] == 1:
+        threshold = 0.0 if resolve_loss(None, learner).from_logits else 0.5
+        return (out[:, 0] > threshold).astype(np.int64)
+    return out.argmax(axis=1).astype(np.int64)
+
+
+def keras_targets(learner, ids, n_classes, x):
+    """Labels in the form the learner's compiled loss takes: a 0/1 column, ids or one-hot rows."""
+    if units(learner, x) == 1:
+        return ids.astype(np.float32)[:, None]
+    if resolve_loss(None, learner).kind == "sparse":
+        return ids
+    return np.eye(n_classes, dtype=np.float32)[ids]
+
+
+def attack(target, x, ids, adversarial):
+    """Adversarial copies of `x` (same shape and dtype) from `gradkit.attacks.fgsm` or `pgd`.
+
+    Args:
+        target: the model or `WeightedEnsemble` attacked.
+        x: clean inputs `(n, ...)`; ids: their true class ids `(n,)` int64.
+        adversarial: `{"attack": "fgsm" | "pgd", "eps": float, **other attack keyword arguments}`.
+    """
+    options = dict(adversarial)
+    fn = ATTACKS[options.pop("attack")]
+    return np.asarray(fn(target, x, ids, **options), dtype=x.dtype).reshape(x.shape)

@@ -1,0 +1,65 @@
+"""APGD against the peers at equal steps on one trained digits CNN (eps 0.1): ART's
+AutoProjectedGradientDescent on TensorFlow, torchattacks' APGD on PyTorch (a Keras model is a
+torch.nn.Module there). Robust accuracies must agree within 1 point, and gradkit may only be lower by more."""
+
+import keras
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+
+import gradkit
+
+from conftest import BACKEND
+
+if BACKEND not in ("tensorflow", "torch"):
+    pytest.skip("ART runs on TensorFlow, torchattacks on PyTorch", allow_module_level=True)
+
+LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+STEPS, EPS, N = 20, 0.1, 300
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    keras.utils.set_random_seed(0)
+    d = load_digits()
+    x, y = (d.images / 16.0).astype("float32")[..., None], d.target
+    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(16, 3, activation="relu"),
+                              keras.layers.Flatten(), keras.layers.Dense(10)])  # fmt: skip
+    model.compile(keras.optimizers.Adam(0.01), LOGITS_CE)
+    model.fit(x[:1400], y[:1400], epochs=6, batch_size=64, verbose=0)
+    return model, x[1400 : 1400 + N], y[1400 : 1400 + N]
+
+
+def accuracy(model, x, y):
+    return float(np.mean(model.predict(x, verbose=0).argmax(axis=1) == y))
+
+
+def peer_apgd(model, x, y, loss):
+    if BACKEND == "tensorflow":
+        from art.attacks.evasion import AutoProjectedGradientDescent
+        from art.estimators.classification import TensorFlowV2Classifier
+
+        clf = TensorFlowV2Classifier(model, nb_classes=10, input_shape=(8, 8, 1), loss_object=LOGITS_CE,
+                                     clip_values=(0, 1))  # fmt: skip
+        art_loss = "cross_entropy" if loss == "ce" else "difference_logits_ratio"
+        attack = AutoProjectedGradientDescent(clf, eps=EPS, eps_step=2 * EPS, max_iter=STEPS, batch_size=N,
+                                              loss_type=art_loss, nb_random_init=1, verbose=False)  # fmt: skip
+        return attack.generate(x, y)
+    import torch
+    import torchattacks
+
+    attack = torchattacks.APGD(model, norm="Linf", eps=EPS, steps=STEPS, n_restarts=1, loss=loss, seed=0)
+    return attack(torch.from_numpy(x), torch.from_numpy(y.astype("int64"))).detach().cpu().numpy()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss", ["ce", "dlr"])
+def test_apgd_within_one_point_of_the_peer(cnn, loss):
+    model, x, y = cnn
+    ours = accuracy(
+        model, gradkit.apgd(model, x, y, eps=EPS, steps=STEPS, loss=loss, clip_values=(0, 1), seed=0), y
+    )
+    theirs = accuracy(model, peer_apgd(model, x, y, loss), y)
+    assert accuracy(model, x, y) - ours > 0.2  # the attack does something on this model
+    print(f"{BACKEND} APGD-{loss}: gradkit {ours:.3f}, peer {theirs:.3f}")
+    assert ours <= theirs + 0.01, (ours, theirs)
