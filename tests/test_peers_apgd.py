@@ -42,8 +42,10 @@ def peer_apgd(model, x, y, loss):
         clf = TensorFlowV2Classifier(model, nb_classes=10, input_shape=(8, 8, 1), loss_object=LOGITS_CE,
                                      clip_values=(0, 1))  # fmt: skip
         art_loss = "cross_entropy" if loss == "ce" else "difference_logits_ratio"
-        attack = AutoProjectedGradientDescent(clf, eps=EPS, eps_step=2 * EPS, max_iter=STEPS, batch_size=N,
-                                              loss_type=art_loss, nb_random_init=1, verbose=False)  # fmt: skip
+        attack = AutoProjectedGradientDescent(
+            clf, eps=EPS, eps_step=2 * EPS, max_iter=STEPS, batch_size=N,
+            loss_type=art_loss, nb_random_init=1, verbose=False,
+        )  # fmt: skip
         return attack.generate(x, y)
     import torch
     import torchattacks

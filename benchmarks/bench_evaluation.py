@@ -1,0 +1,106 @@
+"""Strong-evaluation speed on scikit-learn digits (450 test images 8x8x1) with a small trained CNN.
+
+Measured side by side in one run:
+
+- `apgd100_over_pgd100`: gradkit `apgd` (CE, 100 steps) / gradkit `pgd` (100 steps), same batch (goal <= 1.2).
+- `art_apgd_over_gradkit` (TensorFlow only): ART 1.20 `AutoProjectedGradientDescent` (CE, 100 steps, batch
+  450) / gradkit `apgd` at equal steps and batch (goal >= 5).
+- `evaluate_over_torchattacks` (PyTorch only): gradkit `evaluate` (standard) / torchattacks 3.5.1
+  `AutoAttack(version="standard")` on the same Keras model (a torch.nn.Module there) (goal <= 0.5); each
+  is run once (the peer takes minutes), with both robust accuracies recorded.
+
+Run standalone (`python benchmarks/bench_evaluation.py`) or via `benchmarks/run.py`.
+"""
+
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+from sklearn.datasets import load_digits  # noqa: E402
+
+import gradkit  # noqa: E402
+
+from common import alternating  # noqa: E402
+
+EPS, N = 0.1, 450
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _model():
+    keras.utils.set_random_seed(0)
+    d = load_digits()
+    x, y = (d.images / 16.0).astype("float32")[..., None], d.target
+    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(16, 3, activation="relu"),
+                              keras.layers.Flatten(), keras.layers.Dense(10)])  # fmt: skip
+    model.compile(keras.optimizers.Adam(0.01), LOSS)
+    model.fit(x[:-N], y[:-N], epochs=8, batch_size=64, verbose=0)
+    return model, x[-N:], y[-N:]
+
+
+def _accuracy(model, x, y):
+    return float(np.mean(model.predict(x, verbose=0).argmax(axis=1) == y))
+
+
+def _art_apgd(model, x, y):
+    from art.attacks.evasion import AutoProjectedGradientDescent
+    from art.estimators.classification import TensorFlowV2Classifier
+
+    clf = TensorFlowV2Classifier(
+        model, nb_classes=10, input_shape=(8, 8, 1), loss_object=LOSS, clip_values=(0, 1)
+    )
+    attack = AutoProjectedGradientDescent(clf, eps=EPS, eps_step=2 * EPS, max_iter=100, batch_size=len(x),
+                                          nb_random_init=1, verbose=False)  # fmt: skip
+    return lambda: attack.generate(x, y)
+
+
+def _torchattacks_autoattack(model, x, y):
+    import torch
+    import torchattacks
+
+    attack = torchattacks.AutoAttack(model, norm="Linf", eps=EPS, version="standard", n_classes=10, seed=0)
+    start = time.perf_counter()
+    adv = attack(torch.from_numpy(x), torch.from_numpy(y.astype("int64"))).detach().cpu().numpy()
+    return time.perf_counter() - start, _accuracy(model, adv, y)
+
+
+def run():
+    model, x, y = _model()
+    fns = {
+        "apgd": lambda: gradkit.apgd(model, x, y, eps=EPS, steps=100, clip_values=(0, 1), seed=0),
+        "pgd": lambda: gradkit.pgd(
+            model, x, y, eps=EPS, eps_step=0.0025, steps=100, clip_values=(0, 1), seed=0
+        ),
+    }
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        fns["art"] = _art_apgd(model, x, y)
+    for fn in fns.values():
+        fn()  # compile
+    times = alternating(fns, repeats=5)
+    out = {"n": N, "eps": EPS, "apgd100_ms": round(1e3 * times["apgd"], 1),
+           "pgd100_ms": round(1e3 * times["pgd"], 1),
+           "apgd100_over_pgd100": round(times["apgd"] / times["pgd"], 3)}  # fmt: skip
+    if "art" in times:
+        out["art_apgd_over_gradkit"] = round(times["art"] / times["apgd"], 2)
+    if backend == "torch" and hasattr(gradkit, "evaluate"):
+        start = time.perf_counter()
+        result = gradkit.evaluate(model, x, y, eps=EPS, clip_values=(0, 1), verbose=0)
+        ours = time.perf_counter() - start
+        theirs, their_accuracy = _torchattacks_autoattack(model, x, y)
+        out.update(
+            evaluate_s=round(ours, 1),
+            torchattacks_autoattack_s=round(theirs, 1),
+            evaluate_over_torchattacks=round(ours / theirs, 3),
+            evaluate_robust_accuracy=result.robust_accuracy,
+            torchattacks_robust_accuracy=their_accuracy,
+        )
+    return {"evaluation": out}
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(), indent=2))
