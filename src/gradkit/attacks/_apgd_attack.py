@@ -36,7 +36,7 @@ def apgd_run(model, x, y=None, *, eps, norm=np.inf, steps=100, loss="ce", target
         return x_adv, session.predict(x_adv) != session.labels, session
     targets = [None]
     if session.targeted:
-        ranks = session.top_classes(min(n_target_classes, session.n_classes - 1))
+        ranks = session.top_classes(min(n_target_classes, session.n_classes - 1))  # never the label
         targets = [ranks[:, j] for j in range(ranks.shape[1])]
     rng, tried = np.random.default_rng(seed), np.zeros(len(session.labels), bool)
 

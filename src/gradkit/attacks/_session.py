@@ -57,9 +57,11 @@ class Session:
         return self.forward(x, self.labels, None)[1]
 
     def top_classes(self, k):
-        """`(n, k)`: for each sample, its k most likely classes other than the top one, by the clean
-        logits (the weighted mean over members for an ensemble), most likely first."""
+        """`(n, k)`: for each sample, its k most likely classes other than its TRUE label, by the clean
+        logits (the weighted mean over members for an ensemble), most likely first (AutoAttack's APGD-T
+        targets; a target is never the label, so success always means misclassification)."""
         _, logits = self.objective.forward(self.x0, self.labels)
         weights = np.asarray(self.objective.ensemble.weights).reshape(-1, 1, 1)
-        order = np.argsort(-(weights * logits).sum(axis=0), axis=1)
-        return order[:, 1 : k + 1]
+        scores = (weights * logits).sum(axis=0)
+        scores[np.arange(len(scores)), self.labels] = -np.inf
+        return np.argsort(-scores, axis=1, kind="stable")[:, :k]

@@ -14,6 +14,7 @@ from keras import tree
 from gradkit import _checks, backend
 from gradkit.gradients import _objectives
 from gradkit.gradients._batches import batches, take
+from gradkit.gradients._cache import compiled
 from gradkit.gradients._ensemble import as_ensemble, weighted_vote
 from gradkit.gradients._logits import activation_name, logits_model, output_layer
 from gradkit.gradients._losses import resolve_loss
@@ -68,8 +69,20 @@ class AttackGradient:
         self._forward = [member_forward(m, self.output_index) for m in self.ensemble.models]
         self.from_probabilities = [not is_logits for _, is_logits in self._forward]
         self._kwargs = training_kwargs(first, False)
-        self._fn = backend.compile_grad(self._objective, "x", has_aux=True)
-        self._forward_fn = backend.compile_forward(lambda *args: self._objective(*args)[1])
+        key = dict(loss=self.loss, combination=self.combination, targeted=self.targeted,
+                   output=self.output_index, temperature=self.temperature)  # fmt: skip
+        models = self.ensemble.models
+        self._fn = compiled(models, "attack", self._compile_grad, **key)
+        self._forward_fn = compiled(models, "attack-forward", self._compile_forward, **key)
+
+    def _compile_grad(self):
+        return backend.compile_grad(self._objective, "x", has_aux=True)
+
+    def _compile_forward(self):
+        return backend.compile_forward(self._values)
+
+    def _values(self, *args):
+        return self._objective(*args)[1]
 
     def _objective(self, trainables, non_trainables, x, y, weights):
         logits = []

@@ -11,7 +11,7 @@ from keras import tree
 
 from gradkit import _checks, backend
 from gradkit.gradients._batches import batches, rows, take
-from gradkit.gradients._cache import cached
+from gradkit.gradients._cache import cached, compiled
 from gradkit.gradients._ensemble import as_ensemble
 from gradkit.gradients._labels import check_labels, check_sample_weight
 from gradkit.gradients._logits import activation_name, logits_model, output_layer
@@ -92,7 +92,13 @@ class InputGradient:
             raise ValueError(f"All ensemble members must use the same kind of loss. Received: {kinds}")
         self.spec = self.specs[0]
         self._kwargs = training_kwargs(first, self.training)
-        self._fn = backend.compile_grad(self._loss, "x", per_output=self.ensemble.normalize_gradients)
+        self._fn = compiled(
+            self.ensemble.models, "input", self._compile,
+            loss=loss, training=self.training, output=self.output_index, stacked=self._stacked,
+        )  # fmt: skip
+
+    def _compile(self):
+        return backend.compile_grad(self._loss, "x", per_output=self._stacked)
 
     def _forward_model(self, member, spec):
         if spec.is_classification and not spec.from_logits:
@@ -108,10 +114,10 @@ class InputGradient:
             out, _ = model.stateless_call(trainables[k], non_trainables[k], x, **self._kwargs)
             out = select_output(out, self.output_index)
             per_sample = attack_per_sample(self.specs[k], y, out, is_logits)
-            terms.append(keras.ops.sum(per_sample * sample_weight))
-        if self.ensemble.normalize_gradients:
+            terms.append(keras.ops.sum(per_sample * sample_weight["rows"]))
+        if self._stacked:
             return keras.ops.stack(terms)
-        return sum(w * t for w, t in zip(self.ensemble.weights, terms))
+        return sum(sample_weight["alpha"][k] * t for k, t in enumerate(terms))
 
     @property
     def trace_count(self):
@@ -143,10 +149,11 @@ class InputGradient:
         ]
         trainables = [v[0] for v in values]
         non_trainables = [v[1] for v in values]
-        parts = []
+        parts, alpha = [], keras.ops.convert_to_tensor(np.asarray(self.ensemble.weights, "float32"))
         multiple = backend.batch_multiple()
         for start, stop in batches(n, self.batch_size):
-            pad = -(-(self.batch_size or stop - start) // multiple) * multiple
+            size = self.batch_size or 1 << (stop - start - 1).bit_length()  # row counts bucketed
+            pad = -(-size // multiple) * multiple
             xb, yb, wb = backend.distribute_batch(
                 (
                     take(x, start, stop, pad),
@@ -154,7 +161,7 @@ class InputGradient:
                     take(weights, start, stop, pad, True),
                 )
             )
-            _, grads = self._fn(trainables, non_trainables, xb, yb, wb)
+            _, grads = self._fn(trainables, non_trainables, xb, yb, {"rows": wb, "alpha": alpha})
             parts.append(tree.map_structure(keras.ops.convert_to_numpy, grads))
             parts[-1] = tree.map_structure(lambda g, r=stop - start: rows(g, r, self._stacked), parts[-1])
         grads = tree.map_structure(lambda *p: np.concatenate(p, axis=int(self._stacked)), *parts)

@@ -1,0 +1,184 @@
+"""Signs that an attack failed, so that a robust accuracy may be an overestimate.
+
+Each flag is a dict `{"name", "message", "reference"}`, computed from what the run already measured (no
+extra attack): zero input gradients, log-probabilities standing in for logits, a randomized forward pass,
+a later attack breaking points an iterative gradient attack could not, an ensemble that is one network;
+and, over several evaluations (`check_curve`), robust accuracy rising with eps or an unbounded eps that
+leaves points robust.
+
+References:
+    Carlini, Athalye, Papernot, Brendel, Rauber, Tsipras, Goodfellow, Madry & Kurakin (2019), "On
+    evaluating adversarial robustness", https://arxiv.org/abs/1902.06705
+    Pintor, Demetrio, Sotgiu, Melis, Demontis & Biggio (2022), "Indicators of attack failure: debugging
+    and improving optimization of adversarial examples", NeurIPS, https://arxiv.org/abs/2106.09947
+    Athalye, Carlini & Wagner (2018), "Obfuscated gradients give a false sense of security: circumventing
+    defenses to adversarial examples", ICML, https://arxiv.org/abs/1802.00420
+    Tramer, Carlini, Brendel & Madry (2020), "On adaptive attacks to adversarial example defenses",
+    NeurIPS, https://arxiv.org/abs/2002.08347
+"""
+
+import numpy as np
+
+from gradkit import _checks
+
+CARLINI = "Carlini et al. (2019), On Evaluating Adversarial Robustness, https://arxiv.org/abs/1902.06705"
+PINTOR = "Pintor et al. (2022), Indicators of Attack Failure, NeurIPS, https://arxiv.org/abs/2106.09947"
+ATHALYE = (
+    "Athalye, Carlini & Wagner (2018), Obfuscated Gradients Give a False Sense of Security, ICML, "
+    "https://arxiv.org/abs/1802.00420"
+)
+TRAMER = (
+    "Tramer, Carlini, Brendel & Madry (2020), On Adaptive Attacks to Adversarial Example Defenses, "
+    "NeurIPS, https://arxiv.org/abs/2002.08347"
+)
+_ITERATIVE = ("apgd-ce", "apgd-dlr", "apgd-t", "pgd", "bim")
+
+
+def flag(name, message, reference):
+    """One flag: `{"name": str, "message": str, "reference": str}`."""
+    return {"name": name, "message": message, "reference": reference}
+
+
+def zero_gradient(mask):
+    """Flag for points whose input gradient was exactly zero at the clean input (bool `(n,)`), or None."""
+    k = int(np.sum(mask))
+    if not k:
+        return None
+    message = (
+        f"{k} of {len(mask)} points had an input gradient of exactly zero at the clean input: gradient "
+        "attacks cannot move them (saturated softmax, quantized or non-differentiable layers), so only "
+        "the score-based attack tested them."
+    )
+    return flag("zero_gradient", message, PINTOR)
+
+
+def probabilities(names):
+    """Flag for attacks that read the model's probabilities as logits (their logarithms), or None."""
+    if not names:
+        return None
+    message = (
+        f"the model outputs probabilities where logits are needed; {', '.join(names)} used their "
+        "logarithms as logits. Saturated probabilities (exactly 0 or 1 in float32) give zero or "
+        "meaningless gradients: attack a model that returns logits."
+    )
+    return flag("probabilities", message, CARLINI)
+
+
+def randomized(difference):
+    """Flag for a forward pass whose outputs differ between two identical calls, or None."""
+    if not difference:
+        return None
+    message = (
+        f"two predictions of the same points differ (max |difference| {difference:.3g}): the model is "
+        "randomized, so one attack run measures one draw. Attack the expectation over its randomness "
+        "(EOT) and repeat the evaluation."
+    )
+    return flag("randomized_forward", message, ATHALYE)
+
+
+def unconfirmed(k):
+    """Flag for `k` > 0 successes an attack reported but the model's decision rule did not confirm."""
+    if not k:
+        return None
+    message = (
+        f"{k} successes reported by the attacks were not confirmed by the model's decision rule on the "
+        "returned examples and were not counted: a randomized or batch-dependent forward pass, or an "
+        "attack judging success by another rule."
+    )
+    return flag("unconfirmed_success", message, CARLINI)
+
+
+def _late_break(entry, broke):
+    if entry.attack == "square":
+        message = (
+            f"{entry.name} (forward passes only) broke {broke} points that the gradient attacks before it "
+            "could not: a sign of gradient masking; the gradient attacks alone overestimate robustness."
+        )
+        return flag("gradient_masking", message, ATHALYE)
+    if entry.attack == "fgsm":
+        message = (
+            f"{entry.name} (one step) broke {broke} points that the iterative attacks before it could "
+            "not: the iterative attacks did not converge (step size, steps, or masked gradients)."
+        )
+        return flag("one_step_beats_iterative", message, CARLINI)
+    return None
+
+
+def late_breaks(entries, per_attack):
+    """Flags for Square (or FGSM) breaking points that an earlier iterative gradient attack left robust."""
+    flags, after_iterative = [], False
+    for entry in entries:
+        broke = per_attack.get(entry.name, {}).get("n_broken", 0)
+        if after_iterative and broke and _late_break(entry, broke):
+            flags.append(_late_break(entry, broke))
+        after_iterative |= entry.attack in _ITERATIVE
+    return flags
+
+
+def one_network(weights):
+    """Flag for an ensemble whose heaviest member outweighs all others together (its vote is the
+    ensemble's vote), or None. `weights`: the K non-negative ensemble weights."""
+    w = np.asarray(weights, dtype=np.float64)
+    if len(w) < 2:
+        return None
+    top = int(np.argmax(w))
+    rest = float(w.sum() - w[top])
+    if w[top] <= rest:
+        return None
+    message = (
+        f"member {top}'s weight ({w[top]:.4g}) exceeds the sum of the other {len(w) - 1} ({rest:.4g}): the "
+        f"weighted vote is always member {top}'s vote, the other members can never change it; the "
+        "ensemble is one network."
+    )
+    return flag("one_network", message, TRAMER)
+
+
+def _unbounded(evaluation):
+    if evaluation.clip_values is None:
+        return False
+    span = evaluation.clip_values[1] - evaluation.clip_values[0]
+    d = int(np.prod(np.shape(evaluation.x_adv)[1:]))
+    return evaluation.eps >= (span if evaluation.norm == np.inf else span * np.sqrt(d))
+
+
+def check_curve(evaluations):
+    """Flags over evaluations of one model at several eps: robust accuracy that does not fall as eps grows,
+    and an unbounded eps (one that reaches every point of the `clip_values` box) leaving points robust.
+
+    Args:
+        evaluations: a list of `gradkit.evaluation.Evaluation`, any order; compared per norm.
+
+    Returns:
+        list of flags `{"name", "message", "reference"}`, empty when the curve looks sound.
+
+    Raises:
+        TypeError: an item is not an `Evaluation`-like result (no `eps`, `norm`, `robust_accuracy`).
+
+    References:
+        Carlini et al. (2019), "On evaluating adversarial robustness", sec. 5,
+        https://arxiv.org/abs/1902.06705
+    """
+    evaluations = list(evaluations)
+    for i, e in enumerate(evaluations):
+        if not all(hasattr(e, a) for a in ("eps", "norm", "robust_accuracy", "clip_values", "x_adv")):
+            _checks.fail(f"evaluations[{i}]", "a gradkit.evaluation.Evaluation", type(e).__name__, TypeError)
+    flags = []
+    for norm in sorted({e.norm for e in evaluations}):
+        curve = sorted((e for e in evaluations if e.norm == norm), key=lambda e: e.eps)
+        for small, large in zip(curve, curve[1:]):
+            if large.eps > small.eps and large.robust_accuracy > small.robust_accuracy:
+                message = (
+                    f"robust accuracy rises from {small.robust_accuracy:.4f} at eps {small.eps:g} to "
+                    f"{large.robust_accuracy:.4f} at eps {large.eps:g}: a larger ball contains the smaller "
+                    "one, so the attack failed at the larger eps."
+                )
+                flags.append(flag("not_decreasing", message, CARLINI))
+        for e in curve:
+            if _unbounded(e) and e.robust_accuracy > 0:
+                message = (
+                    f"at eps {e.eps:g}, which reaches every point of clip_values {e.clip_values}, robust "
+                    f"accuracy is {e.robust_accuracy:.4f} instead of 0: the attacks fail even without a "
+                    "bound."
+                )
+                flags.append(flag("unbounded_not_zero", message, CARLINI))
+    return flags

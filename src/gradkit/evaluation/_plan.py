@@ -1,0 +1,192 @@
+"""What `evaluate` runs, checked before any work: the arguments, the data and the list of attacks.
+
+An attack entry is a registry name (`gradkit.attacks.NAMES`), optionally with an ensemble objective
+after a slash ("apgd-ce/vote_margin"), or a callable `fn(model, x, y, eps=eps) -> x_adv`. "standard"
+expands to AutoAttack's standard version: APGD-CE, APGD-T, Square; on an ensemble or boosted model each
+gradient attack runs once per objective in `ENSEMBLE_OBJECTIVES`.
+"""
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from gradkit import _checks
+from gradkit.attacks import NAMES, is_ensemble
+from gradkit.gradients import as_ensemble, check_labels, check_x, n_outputs, output_index, resolve_loss
+
+STANDARD = ("apgd-ce", "apgd-t", "square")
+GRADIENT = ("apgd-ce", "apgd-dlr", "apgd-t", "pgd", "bim", "fgsm")
+ITERATIVE = ("apgd-ce", "apgd-dlr", "apgd-t", "pgd", "bim")
+OBJECTIVES = ("loss_sum", "logit_mean", "prob_mean", "vote_margin")
+ENSEMBLE_OBJECTIVES = ("loss_sum", "vote_margin")
+_MIN_CLASSES = {"apgd-dlr": 3, "apgd-t": 4}  # the DLR loss divides by gaps between sorted logits
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One attack of the cascade: `name` as reported; `attack` (registry name) and `objective`, or `fn`."""
+
+    name: str
+    attack: str | None = None
+    objective: str | None = None
+    fn: Callable | None = None
+
+    @property
+    def kind(self):
+        """ "gradient" (iterative or one-step), "square" or "custom"."""
+        if self.fn is not None:
+            return "custom"
+        return "square" if self.attack == "square" else "gradient"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The checked arguments of one evaluation (see `gradkit.evaluate`)."""
+
+    eps: float
+    norm: float
+    clip_values: tuple | None
+    batch_size: int | None
+    seed: int | None
+    n_queries: int
+    steps: int
+    verbose: int
+    entries: tuple
+
+
+def _expected():
+    names = ", ".join(repr(n) for n in NAMES)
+    return (
+        f'"standard" or a list of attack names ({names}, optionally "name/objective" with an objective '
+        f"in {', '.join(OBJECTIVES)}) or callables"
+    )
+
+
+def _entry(item, i):
+    if callable(item):
+        return Entry(getattr(item, "__name__", type(item).__name__), fn=item)
+    if not isinstance(item, str):
+        _checks.fail(f"attacks[{i}]", _expected(), item, TypeError)
+    attack, _, objective = item.partition("/")
+    if attack not in NAMES or ("/" in item and objective not in OBJECTIVES):
+        _checks.fail(f"attacks[{i}]", _expected(), item)
+    return Entry(item, attack, objective or None)
+
+
+def plan(attacks, ensemble):
+    """The entries `tuple[Entry]` for `attacks` ("standard", one name or a list); ValueError/TypeError
+    for unknown names, bad objectives, an empty list or duplicate names."""
+    if isinstance(attacks, str) and attacks == "standard":
+        objectives = ENSEMBLE_OBJECTIVES if ensemble else (None,)
+        return tuple(
+            Entry(f"{a}/{o}" if o else a, a, o)
+            for a in STANDARD
+            for o in (objectives if a in GRADIENT else (None,))
+        )
+    items = [attacks] if isinstance(attacks, str) or callable(attacks) else attacks
+    try:
+        items = list(items)
+    except TypeError:
+        _checks.fail("attacks", _expected(), attacks, TypeError)
+    if not items:
+        _checks.fail("attacks", _expected(), attacks)
+    entries = tuple(_entry(item, i) for i, item in enumerate(items))
+    names = [e.name for e in entries]
+    if len(set(names)) != len(names):
+        _checks.fail("attacks", "a list without repeated names", names)
+    return entries
+
+
+def n_classes(model, x):
+    """The number of classes C of `model` on checked inputs `x` (a one-unit output is 2); 0 if unknown."""
+    first = as_ensemble(model).models[0]
+    k = n_outputs(first, output_index(first, None), x)
+    return 2 if k == 1 else k
+
+
+def check_data(model, x, y):
+    """Checked `(x float (n, ...), labels int64 (n,), C)`; errors before any work.
+
+    Raises:
+        TypeError: `x` is not one array (multi-input models are not evaluated), or `y` not numeric.
+        ValueError: bad shapes, NaN or inf, labels that are not class ids in [0, C).
+    """
+    first = as_ensemble(model).models[0]
+    if isinstance(x, (list, tuple, dict)):
+        _checks.fail("x", "one array (evaluate attacks single-input models)", type(x).__name__, TypeError)
+    x, n = check_x(first, x)
+    classes = n_classes(model, x)
+    labels = check_labels(y, n, classes, resolve_loss("sparse_categorical_crossentropy"))
+    return x, labels.astype(np.int64), classes
+
+
+def _check_classes(entries, classes):
+    for entry in entries:
+        needed = _MIN_CLASSES.get(entry.attack, 0)
+        if classes and classes < needed:
+            _checks.fail(
+                "attacks",
+                f"free of {entry.attack!r} for a model of {classes} classes (its DLR "
+                f"loss needs at least {needed})",
+                entry.name,
+            )
+
+
+def check_config(
+    model, classes, *, attacks, eps, norm, clip_values, batch_size, seed, n_queries, steps, verbose
+):
+    """The checked `Config`; TypeError/ValueError in `gradkit._checks`' form for any bad argument."""
+    entries = plan(attacks, is_ensemble(model))
+    if isinstance(attacks, str) and attacks == "standard" and classes and classes < _MIN_CLASSES["apgd-t"]:
+        entries = tuple(e for e in entries if e.attack != "apgd-t")  # APGD-T needs 4 classes
+    _check_classes(entries, classes)
+    return Config(
+        eps=_checks.check_eps(eps),
+        norm=_checks.check_norm(norm),
+        clip_values=_checks.check_clip_values(clip_values),
+        batch_size=_checks.check_batch_size(batch_size),
+        seed=_checks.check_seed(seed),
+        n_queries=_checks.check_int(n_queries, "n_queries", minimum=1),
+        steps=_checks.check_steps(steps),
+        verbose=_checks.check_int(verbose, "verbose", minimum=0),
+        entries=entries,
+    )
+
+
+def options(entry, config):
+    """Keyword options of `gradkit.attacks.run_attack` for a registry `entry`."""
+    opts = {}
+    if entry.attack == "square":
+        opts["n_queries"] = config.n_queries
+    elif entry.attack != "fgsm":
+        opts["steps"] = config.steps
+    if entry.objective:
+        opts["objective"] = entry.objective
+    return opts
+
+
+def check_range(x, clip_values):
+    """ValueError when `x` lies outside `clip_values` (the attacks could not keep it in range)."""
+    if clip_values is not None and (x.min() < clip_values[0] or x.max() > clip_values[1]):
+        _checks.fail("x", f"inside clip_values={clip_values}", f"array spanning [{x.min()}, {x.max()}]")
+
+
+def check_adversarial(entry, x_rows, x_adv, config):
+    """x_adv of a callable as float `(m, ...)`; ValueError if misshaped or outside the eps-ball or range."""
+    x_adv = np.asarray(x_adv, dtype=x_rows.dtype)
+    if x_adv.shape != x_rows.shape:
+        raise ValueError(
+            f"Attack {entry.name!r} must return x_adv shaped like x {x_rows.shape}. "
+            f"Received: shape {x_adv.shape}"
+        )
+    delta = (x_adv - x_rows).reshape(len(x_rows), -1).astype(np.float64)
+    size = np.abs(delta).max(axis=1) if config.norm == np.inf else np.linalg.norm(delta, axis=1)
+    lo, hi = config.clip_values or (-np.inf, np.inf)
+    if np.any(size > config.eps * (1 + 1e-5) + 1e-6) or x_adv.min() < lo - 1e-6 or x_adv.max() > hi + 1e-6:
+        raise ValueError(
+            f"Attack {entry.name!r} must return examples inside the eps-ball (eps={config.eps}) "
+            f"and clip_values={config.clip_values}. Received: a perturbation of norm "
+            f"{size.max():.6g}"
+        )
+    return x_adv

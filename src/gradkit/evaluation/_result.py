@@ -1,0 +1,93 @@
+"""`Evaluation`: the result of `gradkit.evaluate`, its JSON form and its summary table."""
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass(repr=False)
+class Evaluation:
+    """The outcome of `gradkit.evaluate` on `n` points.
+
+    Attributes:
+        clean_accuracy: float in [0, 1], accuracy on the unperturbed points (the model's real decision rule).
+        robust_accuracy: float in [0, 1], the per-sample worst case over every attack run: the fraction of
+            points correctly classified clean and under every attack.
+        robust: bool `(n,)`, which points those are.
+        broken_by: list of `n` str or None: "clean" for a point misclassified without attack, else the
+            name of the first attack that fooled it ("apgd-ce", "apgd-t/vote_margin", ...), None if robust.
+        x_adv: float32 array shaped like `x`: per point the example that broke it (`x` itself for
+            "clean"), else the last example tried.
+        per_attack: dict name -> {"accuracy": accuracy of that attack alone on the points it ran on (None
+            if it ran on none), "robust_accuracy": cumulative robust accuracy after it, "n_points",
+            "n_broken", "n_forwards", "n_gradients", "seconds"}, in the order run.
+        n_forwards: int, rows evaluated without a gradient (forward passes), clean predictions included.
+        n_gradients: int, rows evaluated with an input gradient.
+        seconds: float, wall time, summed over resumed runs.
+        flags: list of dicts {"name", "message", "reference"}: signs of attack failure.
+        eps: float, the perturbation budget; norm: `np.inf` or 2.0.
+        attacks: list of the attack names, in cascade order.
+        backend: str, the Keras backend that ran it.
+        clip_values: `(min, max)` floats or None, the input range.
+    """
+
+    clean_accuracy: float
+    robust_accuracy: float
+    robust: np.ndarray
+    broken_by: list
+    x_adv: np.ndarray
+    per_attack: dict
+    n_forwards: int
+    n_gradients: int
+    seconds: float
+    flags: list
+    eps: float
+    norm: float
+    attacks: list
+    backend: str
+    clip_values: tuple | None = None
+
+    def to_dict(self):
+        """A JSON-able dict of all but `x_adv`: norm as "linf" or "l2", `robust` as a list of bools."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "x_adv"}
+        out["robust"] = [bool(r) for r in self.robust]
+        out["norm"] = "linf" if self.norm == np.inf else "l2"
+        out["clip_values"] = None if self.clip_values is None else list(self.clip_values)
+        out["per_attack"] = {k: dict(v) for k, v in self.per_attack.items()}
+        out["flags"] = [dict(f) for f in self.flags]
+        return out
+
+    def summary(self):
+        """The result as a text table: one row per attack (points attacked, its accuracy on them, robust
+        accuracy after it), then the totals and the flags."""
+        n = len(self.robust)
+        norm = "Linf" if self.norm == np.inf else "L2"
+        lines = [
+            f"Evaluation ({self.backend}): {n} points, eps={self.eps:g} ({norm})",
+            f"{'attack':<28}{'points':>8}{'accuracy':>10}{'robust':>9}{'seconds':>9}",
+            f"{'clean':<28}{n:>8}{self.clean_accuracy:>10.4f}{self.clean_accuracy:>9.4f}{'':>9}",
+        ]
+        for name, r in self.per_attack.items():
+            acc = "-" if r["accuracy"] is None else f"{r['accuracy']:.4f}"
+            lines.append(
+                f"{name:<28}{r['n_points']:>8}{acc:>10}{r['robust_accuracy']:>9.4f}{r['seconds']:>9.1f}"
+            )
+        lines.append(
+            f"robust accuracy {self.robust_accuracy:.4f} (clean {self.clean_accuracy:.4f}); "
+            f"{self.n_forwards} forwards, {self.n_gradients} gradients, {self.seconds:.1f} s"
+        )
+        if self.flags:
+            lines.append("flags:")
+            lines += [f"  [{f['name']}] {f['message']} ({f['reference']})" for f in self.flags]
+        return "\n".join(lines)
+
+    def __str__(self):
+        return self.summary()
+
+    def __repr__(self):
+        norm = "inf" if self.norm == np.inf else 2
+        return (
+            f"Evaluation(robust_accuracy={self.robust_accuracy:.4f}, "
+            f"clean_accuracy={self.clean_accuracy:.4f}, eps={self.eps:g}, norm={norm}, "
+            f"attacks={self.attacks}, flags={[f['name'] for f in self.flags]})"
+        )

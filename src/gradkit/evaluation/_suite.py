@@ -1,0 +1,234 @@
+"""`gradkit.evaluate`: the cascade of attacks, each on the points still robust, and its worst case."""
+
+import time
+
+import keras
+import numpy as np
+from tqdm.auto import tqdm
+
+from gradkit import attacks as registry
+from gradkit.evaluation import _flags, _plan, _state
+from gradkit.evaluation._result import Evaluation
+from gradkit.gradients import as_ensemble, predict_batched
+
+_PROBE = 32  # rows predicted twice to detect a randomized forward pass
+
+
+def evaluate(
+    model,
+    x,
+    y,
+    *,
+    eps,
+    norm=np.inf,
+    attacks="standard",
+    clip_values=None,
+    batch_size=None,
+    seed=0,
+    n_queries=5000,
+    steps=100,
+    state_path=None,
+    verbose=1,
+):
+    """Robust accuracy under a cascade of attacks: AutoAttack's standard version by default.
+
+    Each attack runs only on the points every earlier attack left correctly classified; a point counts as
+    robust when no attack fooled the model's real decision rule (argmax, or the weighted hard vote of an
+    ensemble or boosted model), so the result is the per-sample worst case over all attacks.
+    "standard" runs APGD-CE, APGD-T (targeted DLR, top-9 wrong classes) and Square (`n_queries`);
+    on an ensemble or boosted model each gradient attack runs once with the objective "loss_sum" and
+    once with "vote_margin" ("apgd-ce/loss_sum", "apgd-ce/vote_margin", ...). A model of fewer than 4
+    classes skips APGD-T (its loss needs 4).
+
+    Args:
+        model: a Keras classifier, a `gradkit.WeightedEnsemble` or a fitted boosting estimator.
+        x: float array `(n, ...)`, one input array.
+        y: int class ids `(n,)` (or one-hot `(n, C)`) in [0, C).
+        eps: float >= 0, the perturbation budget in `norm`.
+        norm: `np.inf` (or "inf", "linf") or 2 (or "l2"). Defaults to `np.inf`.
+        attacks: "standard" (default), or a list of names of `gradkit.attacks.NAMES` ("apgd-ce",
+            "apgd-dlr", "apgd-t", "square", "pgd", "bim", "fgsm"), each optionally "name/objective" with
+            an ensemble objective ("loss_sum", "logit_mean", "prob_mean", "vote_margin"), and callables
+            `fn(model, x, y, eps=eps) -> x_adv` (judged here with `gradkit.attacks.decide`).
+        clip_values: `(min, max)` input range, or None (default) for none.
+        batch_size: rows per compiled call and per progress step, or None (default: all at once).
+        seed: int >= 0 or None; the random starts and searches. Defaults to 0.
+        n_queries: int >= 1, Square's query budget. Defaults to 5000.
+        steps: int >= 1, iterations of APGD, PGD and BIM. Defaults to 100.
+        state_path: None (default) or a JSON file path: after each finished attack the state is saved
+            there atomically (arrays in `<stem>.<k>.npz` next to it); a rerun with the same arguments
+            continues after the last finished attack.
+        verbose: 0 silent; >= 1 (default) a tqdm progress bar per attack.
+
+    Returns:
+        `Evaluation`: accuracies, the per-sample `robust`, `broken_by` and `x_adv`, the per-attack
+        records, costs and attack-failure `flags`.
+
+    Raises:
+        ValueError: an unknown attack name or objective, eps < 0, n_queries < 1, steps < 1, labels out
+            of range, `x` outside `clip_values`, an attack the model has too few classes for, or a
+            `state_path` that holds another evaluation. All are raised before any attack runs and
+            before anything is written.
+        TypeError: arguments of the wrong type.
+
+    References:
+        Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
+        parameter-free attacks", ICML, https://arxiv.org/abs/2003.01690
+    """
+    x, labels, classes = _plan.check_data(model, x, y)
+    config = _plan.check_config(
+        model,
+        classes,
+        attacks=attacks,
+        eps=eps,
+        norm=norm,
+        clip_values=clip_values,
+        batch_size=batch_size,
+        seed=seed,
+        n_queries=n_queries,
+        steps=steps,
+        verbose=verbose,
+    )
+    _plan.check_range(x, config.clip_values)
+    state_path = _state.check_path(state_path)
+    fp = _state.fingerprint(x, labels, config)
+    state = _state.load(state_path, fp) if state_path else None
+    start = time.perf_counter()
+    if state is None:
+        state = _clean(model, x, labels, config)
+    seconds = state.seconds
+    for entry in config.entries:
+        if entry.name in state.finished:
+            continue
+        _run(model, x, labels, entry, config, state)
+        state.seconds = seconds + time.perf_counter() - start
+        if state_path:
+            _state.save(state_path, fp, state)
+    state.seconds = seconds + time.perf_counter() - start
+    return _result(model, state, config)
+
+
+def _randomness(model, x, batch_size):
+    """Max |difference| between two predictions of the first rows, over the members; 0.0 if none."""
+    rows, worst = x[:_PROBE], 0.0
+    for member in as_ensemble(model).models:
+        first, second = (predict_batched(member, rows, batch_size or 256) for _ in range(2))
+        for a, b in zip(keras.tree.flatten(first), keras.tree.flatten(second)):
+            a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+            if not np.allclose(a, b, rtol=1e-5, atol=1e-6):
+                worst = max(worst, float(np.max(np.abs(a - b))))
+    return worst
+
+
+def _clean(model, x, labels, config):
+    """The state before any attack: clean decisions and the randomness probe."""
+    robust = registry.decide(model, x, config.batch_size) == labels
+    probe = 2 * min(len(x), _PROBE) * len(as_ensemble(model).models)
+    return _state.State(
+        robust=robust,
+        broken_by=[None if r else "clean" for r in robust],
+        x_adv=x.copy(),
+        zero_gradient=np.zeros(len(x), bool),
+        clean_accuracy=float(robust.mean()),
+        randomized=_randomness(model, x, config.batch_size),
+        n_forwards=len(x) + probe,
+    )
+
+
+def _attack(model, x_rows, y_rows, entry, config, seed, state):
+    """Runs `entry` on some rows; returns `(x_adv, success (m,) bool, zero_gradient (m,) bool or None)`."""
+    if entry.fn is not None:
+        x_adv = _plan.check_adversarial(
+            entry, x_rows, entry.fn(model, x_rows, y_rows, eps=config.eps), config
+        )
+        state.n_forwards += len(x_rows)
+        return x_adv, registry.decide(model, x_adv, config.batch_size) != y_rows, None
+    result = registry.run_attack(
+        entry.attack,
+        model,
+        x_rows,
+        y_rows,
+        eps=config.eps,
+        norm=config.norm,
+        clip_values=config.clip_values,
+        batch_size=config.batch_size,
+        seed=seed,
+        **_plan.options(entry, config),
+    )
+    state.n_forwards += int(result.n_forwards)
+    state.n_gradients += int(result.n_gradients)
+    if result.from_probabilities and entry.name not in state.from_probabilities:
+        state.from_probabilities.append(entry.name)
+    x_adv, hit = np.asarray(result.x_adv), np.asarray(result.success, bool)
+    return x_adv, _confirm(model, x_adv, y_rows, hit, config, state), result.zero_gradient
+
+
+def _confirm(model, x_adv, y_rows, hit, config, state):
+    """`hit` (m,) bool where `decide` agrees that `x_adv` fools the model; counts the disagreements."""
+    confirmed = hit.copy()
+    if hit.any():
+        confirmed[hit] = registry.decide(model, x_adv[hit], config.batch_size) != y_rows[hit]
+        state.n_forwards += int(hit.sum())
+        state.unconfirmed += int(hit.sum() - confirmed.sum())
+    return confirmed
+
+
+def _run(model, x, labels, entry, config, state):
+    """Runs `entry` on the points still robust, in chunks of `batch_size`, and records it in `state`."""
+    todo = np.flatnonzero(state.robust)
+    before, t0, broken = (state.n_forwards, state.n_gradients), time.perf_counter(), 0
+    step = config.batch_size or max(len(todo), 1)
+    with tqdm(total=len(todo), desc=entry.name, disable=config.verbose == 0, leave=True) as bar:
+        for k, start in enumerate(range(0, len(todo), step)):
+            rows = todo[start : start + step]
+            seed = None if config.seed is None else config.seed + k
+            x_adv, hit, zero = _attack(model, x[rows], labels[rows], entry, config, seed, state)
+            state.x_adv[rows] = x_adv
+            state.robust[rows[hit]] = False
+            for i in rows[hit]:
+                state.broken_by[i] = entry.name
+            if zero is not None:
+                state.zero_gradient[rows] |= np.asarray(zero, bool)
+            broken += int(hit.sum())
+            bar.update(len(rows))
+            bar.set_postfix(robust=f"{state.robust.mean():.4f}")
+    state.finished.append(entry.name)
+    state.per_attack[entry.name] = {
+        "accuracy": 1.0 - broken / len(todo) if len(todo) else None,
+        "robust_accuracy": float(state.robust.mean()),
+        "n_points": len(todo),
+        "n_broken": broken,
+        "n_forwards": state.n_forwards - before[0],
+        "n_gradients": state.n_gradients - before[1],
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def _result(model, state, config):
+    """The `Evaluation` of a finished state, with its flags."""
+    weights = as_ensemble(model).weights if registry.is_ensemble(model) else ()
+    found = [
+        _flags.zero_gradient(state.zero_gradient),
+        _flags.probabilities(state.from_probabilities),
+        _flags.randomized(state.randomized),
+        _flags.unconfirmed(state.unconfirmed),
+        *_flags.late_breaks(config.entries, state.per_attack),
+        _flags.one_network(weights),
+    ]
+    return Evaluation(
+        clean_accuracy=state.clean_accuracy,
+        robust_accuracy=float(state.robust.mean()),
+        robust=state.robust.copy(),
+        broken_by=list(state.broken_by),
+        x_adv=state.x_adv,
+        per_attack=dict(state.per_attack),
+        n_forwards=state.n_forwards,
+        n_gradients=state.n_gradients,
+        seconds=state.seconds,
+        flags=[f for f in found if f is not None],
+        eps=config.eps,
+        norm=config.norm,
+        attacks=[e.name for e in config.entries],
+        backend=keras.backend.backend(),
+        clip_values=config.clip_values,
+    )

@@ -1,0 +1,385 @@
+"""gradkit.evaluation: the cascade, the per-sample worst case, resume, flags and bad input.
+
+The first half replaces `gradkit.attacks.run_attack` with a fake whose outcome is known per point (each
+attack breaks the points whose first feature, their "difficulty", lies below its threshold), so the
+bookkeeping is tested on its own; the second half runs the real attacks on small trained Dense models.
+"""
+
+import json
+import os
+import types
+
+import keras
+import numpy as np
+import pytest
+
+from gradkit import attacks as registry
+from gradkit.evaluation import Evaluation, check_curve, evaluate
+from gradkit.gradients import WeightedEnsemble
+
+THRESHOLDS = {"fgsm": 0.2, "pgd": 0.3, "apgd-ce": 0.5, "apgd-dlr": 0.5, "apgd-t": 0.6, "square": 0.7}
+OFFSETS = {"fgsm": 1e-3, "pgd": 2e-3, "apgd-ce": 3e-3, "apgd-dlr": 4e-3, "apgd-t": 5e-3, "square": 6e-3}
+
+
+def linear(n_features=4, n_classes=5, seed=0):
+    model = keras.Sequential([keras.Input((n_features,)), keras.layers.Dense(n_classes, use_bias=False)])
+    rng = np.random.default_rng(seed)
+    weights = rng.normal(size=(n_features, n_classes)).astype("float32")
+    weights[1] = 0  # feature 1 carries the fake attacks' offsets: the decision ignores it
+    model.set_weights([weights])
+    return model
+
+
+@pytest.fixture
+def data():
+    """60 points, labels = the model's own decisions except 6 flipped ones (misclassified clean)."""
+    model = linear()
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0.2, 0.8, (60, 4)).astype("float32")
+    x[:, 0] = np.linspace(0.01, 0.99, 60)
+    y = registry.decide(model, x)
+    y[::10] = (y[::10] + 1) % 5
+    return model, x, y
+
+
+SENTINEL = 10.0  # a fake adversarial example carries it in feature 3; the fake decision rule obeys it
+
+real_decide = registry.decide
+
+
+def fake_decide(model, x, batch_size=None):
+    """The real decision, shifted by one class on rows marked by a fake attack."""
+    predictions = real_decide(model, np.where(np.asarray(x) > SENTINEL / 2, 0.5, x), batch_size)
+    return np.where(np.asarray(x)[:, 3] > SENTINEL / 2, (predictions + 1) % 5, predictions)
+
+
+class Fake:
+    """A fake `run_attack`: records its calls; optionally fails on one attack name, reports zero gradients,
+    probabilities, or successes that are not real (`lie`)."""
+
+    def __init__(self, fail_on=None, zero=False, probabilities=False, lie=False):
+        self.calls, self.fail_on, self.zero, self.probabilities, self.lie = (
+            [],
+            fail_on,
+            zero,
+            probabilities,
+            lie,
+        )
+
+    def __call__(self, name, model, x, y, *, eps, norm, clip_values, batch_size, seed, **options):
+        self.calls.append((name, len(x), options.get("objective")))
+        if name == self.fail_on:
+            raise KeyboardInterrupt("stopped")
+        success = x[:, 0] < THRESHOLDS[name]
+        x_adv = x.copy()
+        x_adv[:, 1] += OFFSETS[name]
+        x_adv[success & (not self.lie), 3] = SENTINEL
+        zero = (x[:, 0] > 0.9) if self.zero else None
+        return types.SimpleNamespace(
+            x_adv=x_adv,
+            success=success,
+            n_forwards=len(x),
+            n_gradients=0 if name == "square" else 2 * len(x),
+            zero_gradient=zero,
+            from_probabilities=self.probabilities,
+        )
+
+
+def install(monkeypatch, fake):
+    monkeypatch.setattr(registry, "run_attack", fake)
+    monkeypatch.setattr(registry, "decide", fake_decide)
+    return fake
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    return install(monkeypatch, Fake())
+
+
+def test_cascade_keeps_the_per_sample_worst_case(data, fake):
+    model, x, y = data
+    ev = evaluate(model, x, y, eps=0.1, verbose=0)
+    clean = registry.decide(model, x) == y
+    d = x[:, 0]
+    assert ev.attacks == ["apgd-ce", "apgd-t", "square"]
+    assert ev.clean_accuracy == pytest.approx(clean.mean())
+    np.testing.assert_array_equal(ev.robust, clean & (d >= 0.7))
+    assert ev.robust_accuracy == pytest.approx(ev.robust.mean())
+    expected = np.where(~clean, "clean", np.where(d < 0.5, "apgd-ce", np.where(d < 0.6, "apgd-t", "square")))
+    expected = np.where(clean & (d >= 0.7), None, expected)
+    assert ev.broken_by == expected.tolist()
+    # each attack ran only on the points still robust
+    assert [c[:2] for c in fake.calls] == [
+        ("apgd-ce", clean.sum()),
+        ("apgd-t", (clean & (d >= 0.5)).sum()),
+        ("square", (clean & (d >= 0.6)).sum()),
+    ]
+    offset = (ev.x_adv - x)[:, 1]
+    np.testing.assert_allclose(offset[~clean], 0)
+    np.testing.assert_allclose(offset[clean & (d < 0.5)], OFFSETS["apgd-ce"], atol=1e-6)
+    np.testing.assert_allclose(offset[ev.robust], OFFSETS["square"], atol=1e-6)  # the last one tried
+    record = ev.per_attack["apgd-t"]
+    assert record["n_points"] == (clean & (d >= 0.5)).sum()
+    assert record["n_broken"] == (clean & (d >= 0.5) & (d < 0.6)).sum()
+    assert record["accuracy"] == pytest.approx(1 - record["n_broken"] / record["n_points"])
+    assert ev.per_attack["square"]["robust_accuracy"] == pytest.approx(ev.robust_accuracy)
+    assert ev.n_gradients == 2 * (record["n_points"] + ev.per_attack["apgd-ce"]["n_points"])
+    assert [f["name"] for f in ev.flags] == ["gradient_masking"]
+    assert "1802.00420" in ev.flags[0]["reference"]
+    assert json.loads(json.dumps(ev.to_dict()))["norm"] == "linf"
+    assert "apgd-t" in str(ev) and "gradient_masking" in str(ev)
+
+
+def test_custom_list_objectives_and_callables(data, fake):
+    model, x, y = data
+
+    def nudge(model, x, y, eps):
+        return np.clip(x + eps, 0, 1)
+
+    ev = evaluate(model, x, y, eps=0.05, attacks=["fgsm", "pgd/vote_margin", nudge], steps=7, verbose=0)
+    assert ev.attacks == ["fgsm", "pgd/vote_margin", "nudge"]
+    assert fake.calls[1][0] == "pgd" and fake.calls[1][2] == "vote_margin"
+    assert set(ev.broken_by) <= {"clean", "fgsm", "pgd/vote_margin", "nudge", None}
+    assert (
+        ev.per_attack["nudge"]["n_points"]
+        == ev.per_attack["pgd/vote_margin"]["n_points"] - (ev.per_attack["pgd/vote_margin"]["n_broken"])
+    )
+    with pytest.raises(ValueError, match="eps-ball"):
+        evaluate(model, x, y, eps=0.05, attacks=[lambda model, x, y, eps: x + 2 * eps], verbose=0)
+
+
+def test_resume_continues_after_the_last_finished_attack(data, monkeypatch, tmp_path):
+    model, x, y = data
+    path = tmp_path / "run" / "eval.json"
+    install(monkeypatch, Fake(fail_on="square"))
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(model, x, y, eps=0.1, state_path=path, verbose=0)
+    assert sorted(os.listdir(path.parent)) == ["eval.2.npz", "eval.json"]
+    rest = install(monkeypatch, Fake())
+    resumed = evaluate(model, x, y, eps=0.1, state_path=path, verbose=0)
+    assert [c[0] for c in rest.calls] == ["square"]
+    assert sorted(os.listdir(path.parent)) == ["eval.3.npz", "eval.json"]
+    install(monkeypatch, Fake())
+    whole = evaluate(model, x, y, eps=0.1, verbose=0)
+    assert resumed.broken_by == whole.broken_by
+    np.testing.assert_array_equal(resumed.x_adv, whole.x_adv)
+    assert resumed.per_attack.keys() == whole.per_attack.keys()
+    again = install(monkeypatch, Fake())
+    assert evaluate(model, x, y, eps=0.1, state_path=path, verbose=0).broken_by == whole.broken_by
+    assert again.calls == []
+
+
+def test_state_of_another_evaluation_is_refused_untouched(data, fake, tmp_path):
+    model, x, y = data
+    path = tmp_path / "eval.json"
+    evaluate(model, x, y, eps=0.1, state_path=path, verbose=0)
+    before = {p: p.read_bytes() for p in tmp_path.iterdir()}
+    n_calls = len(fake.calls)
+    for change in ({"eps": 0.2}, {"seed": 1}, {"attacks": ["apgd-ce"]}, {"y": np.roll(y, 1)}):
+        args = {"eps": 0.1, "y": y, **change}
+        with pytest.raises(ValueError, match="`state_path` must be a new file or the state of this same"):
+            evaluate(model, x, state_path=path, verbose=0, **args)
+    assert len(fake.calls) == n_calls
+    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+@pytest.mark.parametrize(
+    "change, error, match",
+    [
+        ({"attacks": ["apgd-ce", "nope"]}, ValueError, r"`attacks\[1\]` must be"),
+        ({"attacks": ["apgd-ce/nope"]}, ValueError, r"`attacks\[0\]` must be"),
+        ({"attacks": [3]}, TypeError, r"`attacks\[0\]` must be"),
+        ({"attacks": []}, ValueError, "`attacks` must be"),
+        ({"attacks": ["fgsm", "fgsm"]}, ValueError, "repeated"),
+        ({"eps": -0.1}, ValueError, "`eps` must be"),
+        ({"n_queries": 0}, ValueError, "`n_queries` must be"),
+        ({"steps": 0}, ValueError, "`steps` must be"),
+        ({"norm": 3}, ValueError, "`norm` must be"),
+        ({"y": "out of range"}, ValueError, "outside"),
+        ({"clip_values": (0.3, 1.0)}, ValueError, "`x` must be inside clip_values"),
+        ({"state_path": 5}, TypeError, "`state_path` must be"),
+    ],
+)
+def test_bad_input_fails_before_any_work(data, fake, tmp_path, change, error, match):
+    model, x, y = data
+    args = {"eps": 0.1, "state_path": tmp_path / "eval.json", **change}
+    if isinstance(args.get("y"), str):
+        args["y"] = np.full(len(x), 5)
+    with pytest.raises(error, match=match):
+        evaluate(model, x, args.pop("y", y), verbose=0, **args)
+    assert fake.calls == [] and list(tmp_path.iterdir()) == []
+
+
+def test_dlr_attacks_need_enough_classes(fake):
+    model = linear(n_classes=3)
+    x = np.random.default_rng(0).uniform(0, 1, (8, 4)).astype("float32")
+    with pytest.raises(ValueError, match="needs at least 4"):
+        evaluate(model, x, registry.decide(model, x), eps=0.1, attacks=["apgd-t"], verbose=0)
+    ev = evaluate(model, x, registry.decide(model, x), eps=0.1, verbose=0)  # standard drops APGD-T
+    assert ev.attacks == ["apgd-ce", "square"]
+
+
+def test_zero_gradient_and_probability_flags(data, monkeypatch):
+    model, x, y = data
+    install(monkeypatch, Fake(zero=True, probabilities=True))
+    ev = evaluate(model, x, y, eps=0.1, attacks=["apgd-ce"], verbose=0)
+    flags = {f["name"]: f for f in ev.flags}
+    assert set(flags) == {"zero_gradient", "probabilities"}
+    assert "2106.09947" in flags["zero_gradient"]["reference"]
+    assert "apgd-ce" in flags["probabilities"]["message"]
+
+
+def test_unconfirmed_successes_are_not_counted(data, monkeypatch):
+    model, x, y = data
+    install(monkeypatch, Fake(lie=True))
+    ev = evaluate(model, x, y, eps=0.1, attacks=["apgd-ce"], verbose=0)
+    assert ev.robust_accuracy == ev.clean_accuracy and set(ev.broken_by) == {"clean", None}
+    assert [f["name"] for f in ev.flags] == ["unconfirmed_success"]
+
+
+class Noisy(keras.layers.Layer):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.seed = keras.random.SeedGenerator(0)
+
+    def call(self, x):
+        return x + keras.random.normal(keras.ops.shape(x), stddev=0.1, seed=self.seed)
+
+
+def test_randomized_forward_pass_is_flagged(fake):
+    model = keras.Sequential([keras.Input((4,)), Noisy(), keras.layers.Dense(5)])
+    x = np.random.default_rng(0).uniform(0, 1, (16, 4)).astype("float32")
+    ev = evaluate(model, x, np.zeros(16, int), eps=0.1, attacks=["fgsm"], verbose=0)
+    assert "randomized_forward" in [f["name"] for f in ev.flags]
+
+
+def test_ensemble_runs_both_objectives_and_flags_one_network(data, fake):
+    model, x, y = data
+    ensemble = WeightedEnsemble([model, linear(seed=1), linear(seed=2)], [0.6, 0.2, 0.1])
+    y = registry.decide(ensemble, x)
+    ev = evaluate(ensemble, x, y, eps=0.1, verbose=0)
+    names = ["apgd-ce/loss_sum", "apgd-ce/vote_margin", "apgd-t/loss_sum", "apgd-t/vote_margin", "square"]
+    assert ev.attacks == names
+    assert [(c[0], c[2]) for c in fake.calls] == [
+        ("apgd-ce", "loss_sum"),
+        ("apgd-ce", "vote_margin"),
+        ("apgd-t", "loss_sum"),
+        ("apgd-t", "vote_margin"),
+        ("square", None),
+    ]
+    assert "apgd-ce/loss_sum" in ev.broken_by
+    assert "one_network" in [f["name"] for f in ev.flags]
+    balanced = WeightedEnsemble([model, linear(seed=1), linear(seed=2)], [0.4, 0.3, 0.3])
+    ev = evaluate(balanced, x, registry.decide(balanced, x), eps=0.1, attacks=["fgsm"], verbose=0)
+    assert "one_network" not in [f["name"] for f in ev.flags]
+
+
+def _evaluation(eps, robust_accuracy, clip_values=(0.0, 1.0)):
+    n = 10
+    robust = np.arange(n) < round(robust_accuracy * n)
+    return Evaluation(
+        0.9,
+        robust_accuracy,
+        robust,
+        [None] * n,
+        np.zeros((n, 4), "float32"),
+        {},
+        0,
+        0,
+        0.0,
+        [],
+        eps,
+        np.inf,
+        ["apgd-ce"],
+        "jax",
+        clip_values,
+    )
+
+
+def test_check_curve():
+    assert check_curve([_evaluation(0.1, 0.5), _evaluation(0.0, 0.9), _evaluation(1.0, 0.0)]) == []
+    names = [f["name"] for f in check_curve([_evaluation(0.1, 0.5), _evaluation(0.2, 0.6)])]
+    assert names == ["not_decreasing"]
+    assert [f["name"] for f in check_curve([_evaluation(1.0, 0.1)])] == ["unbounded_not_zero"]
+    assert check_curve([_evaluation(1.0, 0.1, clip_values=None)]) == []
+    with pytest.raises(TypeError, match=r"`evaluations\[0\]` must be"):
+        check_curve([0.5])
+
+
+# --- the real attacks on small trained models -------------------------------------------------------------
+
+
+def digits_like(n=120, seed=0):
+    """10 classes of 8x8 'images' flattened to 64 features in [0, 1]: class prototypes plus noise."""
+    prototypes = np.random.default_rng(0).uniform(0, 1, (10, 64))  # the same classes for every seed
+    rng = np.random.default_rng(seed + 1)
+    y = np.arange(n) % 10
+    x = np.clip(prototypes[y] + rng.normal(0, 0.25, (n, 64)), 0, 1).astype("float32")
+    return x, y
+
+
+def trained(seed=0, epochs=15):
+    keras.utils.set_random_seed(seed)
+    x, y = digits_like(400, seed=seed + 10)
+    model = keras.Sequential(
+        [keras.Input((64,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(10)]
+    )
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, epochs=epochs, batch_size=64, verbose=0)
+    return model
+
+
+@pytest.fixture(scope="module")
+def model():
+    return trained()
+
+
+def _check_sound(model, x, y, ev, eps):
+    broken = np.array([b not in (None, "clean") for b in ev.broken_by])
+    assert (registry.decide(model, ev.x_adv[broken]) != y[broken]).all()
+    assert np.abs(ev.x_adv - x).max() <= eps + 1e-5 and ev.x_adv.min() >= 0 and ev.x_adv.max() <= 1
+    assert ev.robust_accuracy <= ev.clean_accuracy
+    assert ev.robust_accuracy == pytest.approx(np.mean([b is None for b in ev.broken_by]))
+
+
+def test_standard_on_a_trained_model(model):
+    x, y = digits_like(60, seed=3)
+    ev = evaluate(model, x, y, eps=0.08, clip_values=(0, 1), steps=10, n_queries=50, batch_size=32, verbose=0)
+    _check_sound(model, x, y, ev, 0.08)
+    assert ev.attacks == ["apgd-ce", "apgd-t", "square"] and ev.n_gradients > 0 and ev.backend
+    assert ev.robust_accuracy < ev.clean_accuracy
+
+
+def test_cascade_is_never_above_its_deterministic_first_attack(model):
+    x, y = digits_like(60, seed=4)
+    one = evaluate(model, x, y, eps=0.05, attacks=["fgsm"], clip_values=(0, 1), verbose=0)
+    both = evaluate(model, x, y, eps=0.05, attacks=["fgsm", "pgd"], clip_values=(0, 1), steps=10, verbose=0)
+    _check_sound(model, x, y, both, 0.05)
+    assert not (both.robust & ~one.robust).any()
+    assert both.robust_accuracy <= one.robust_accuracy
+
+
+def test_ensemble_of_trained_models(model):
+    ensemble = WeightedEnsemble([model, trained(seed=1, epochs=8)], [0.5, 0.5])
+    x, y = digits_like(40, seed=5)
+    ev = evaluate(ensemble, x, y, eps=0.08, clip_values=(0, 1), steps=5, n_queries=20, verbose=0)
+    _check_sound(ensemble, x, y, ev, 0.08)
+    assert [a for a in ev.attacks if "/" in a] == [
+        "apgd-ce/loss_sum",
+        "apgd-ce/vote_margin",
+        "apgd-t/loss_sum",
+        "apgd-t/vote_margin",
+    ]
+    assert "one_network" not in [f["name"] for f in ev.flags]
+
+
+def test_real_resume_repeats_no_attack(model, monkeypatch, tmp_path):
+    x, y = digits_like(40, seed=6)
+    kwargs = dict(
+        eps=0.05, clip_values=(0, 1), steps=5, n_queries=20, state_path=tmp_path / "s.json", verbose=0
+    )
+    first = evaluate(model, x, y, **kwargs)
+    install(monkeypatch, Fake(fail_on="apgd-ce"))
+    second = evaluate(model, x, y, **kwargs)
+    assert second.broken_by == first.broken_by and second.per_attack == first.per_attack
+    np.testing.assert_array_equal(second.x_adv, first.x_adv)
