@@ -29,7 +29,7 @@ _EXPORTS = {
     "pgd": "gradkit.attacks",
     "apgd": "gradkit.attacks",
     "square": "gradkit.attacks",
-    "robustness_curve": "gradkit.attacks",
+    "robustness_curve": "gradkit.evaluation",
     "evaluate": "gradkit.evaluation",
     "Evaluation": "gradkit.evaluation",
     # boosting

@@ -20,12 +20,14 @@ from gradkit.attacks._apgd_attack import apgd
 from gradkit.attacks._bim import bim
 from gradkit.attacks._fgsm import fgsm
 from gradkit.attacks._pgd import pgd
+from gradkit.attacks._prepare import gradient_for
+from gradkit.attacks._prepare import predict_labels
+from gradkit.attacks._prepare import prepare
 from gradkit.attacks._registry import NAMES
 from gradkit.attacks._registry import AttackResult
 from gradkit.attacks._registry import decide
 from gradkit.attacks._registry import is_ensemble
 from gradkit.attacks._registry import run_attack
-from gradkit.attacks._robustness import robustness_curve
 from gradkit.attacks._square_attack import square
 
 __all__ = [
@@ -34,10 +36,12 @@ __all__ = [
     "apgd",
     "bim",
     "decide",
+    "gradient_for",
     "is_ensemble",
     "run_attack",
     "square",
     "fgsm",
     "pgd",
-    "robustness_curve",
+    "predict_labels",
+    "prepare",
 ]

@@ -8,6 +8,7 @@ References:
     Carlini et al. (2019), "On evaluating adversarial robustness", https://arxiv.org/abs/1902.06705
 """
 
+from gradkit.evaluation._curve import robustness_curve
 from gradkit.evaluation._flags import check_curve
 from gradkit.evaluation._result import Evaluation
 from gradkit.evaluation._suite import evaluate
@@ -16,4 +17,5 @@ __all__ = [
     "Evaluation",
     "check_curve",
     "evaluate",
+    "robustness_curve",
 ]

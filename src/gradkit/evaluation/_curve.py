@@ -5,13 +5,11 @@ import numpy as np
 from keras import tree
 
 from gradkit import _checks
-from gradkit.attacks import _prepare
-from gradkit.attacks._bim import bim
-from gradkit.attacks._fgsm import fgsm
-from gradkit.attacks._pgd import pgd
+from gradkit.attacks import apgd, bim, fgsm, gradient_for, pgd, predict_labels, prepare, square
+from gradkit.evaluation._suite import evaluate
 from gradkit.gradients import WeightedEnsemble, as_ensemble
 
-_ATTACKS = {"fgsm": fgsm, "bim": bim, "pgd": pgd}
+_ATTACKS = {"fgsm": fgsm, "bim": bim, "pgd": pgd, "apgd": apgd, "square": square}
 
 
 def _check_epsilons(epsilons):
@@ -26,12 +24,22 @@ def _check_epsilons(epsilons):
     return values
 
 
+def _standard(model, x, y, *, eps, batch_size=None, **kwargs):
+    """`evaluate` (AutoAttack's standard cascade) as an attack: its worst-case examples."""
+    return evaluate(model, x, y, eps=eps, batch_size=batch_size, verbose=0, **kwargs).x_adv
+
+
 def _resolve_attack(attack):
     if callable(attack):
         return attack
+    if isinstance(attack, str) and attack.lower() == "standard":
+        return _standard
     if isinstance(attack, str) and attack.lower() in _ATTACKS:
         return _ATTACKS[attack.lower()]
-    raise ValueError(f'`attack` must be "fgsm", "bim", "pgd" or a callable. Received: attack={attack!r}')
+    raise ValueError(
+        '`attack` must be "fgsm", "bim", "pgd", "apgd", "square", "standard" or a callable. '
+        f"Received: attack={attack!r}"
+    )
 
 
 def _with_step(kwargs, eps, iterative):
@@ -64,7 +72,9 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
         model: a Keras classifier, a `gradkit.WeightedEnsemble` or an object with `as_ensemble()`.
         x: float inputs `(n, ...)` (or a list/dict for multi-input models) in the model's input units.
         y: true labels, class ids `(n,)` or one-hot `(n, n_classes)`.
-        attack: "fgsm", "bim", "pgd", or a callable `attack(model, x, y, eps=eps, **attack_kwargs)`
+        attack: "fgsm", "bim", "pgd", "apgd", "square", "standard" (`gradkit.evaluate`'s cascade: the
+            accuracy is its per-sample worst case), or a callable
+            `attack(model, x, y, eps=eps, **attack_kwargs)`
             returning adversarial inputs shaped like `x`.
         epsilons: non-empty 1-D sequence of floats >= 0 (input units), in the order to report.
         batch_size: rows per compiled call and per prediction batch; None (default): all at once.
@@ -106,14 +116,13 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
         raise ValueError(
             f'`steps` is required for attack="{fn.__name__}" (eps_step defaults to 2.5*eps/steps).'
         )
-    if fn in _ATTACKS.values():
+    if fn in _ATTACKS.values() or fn is _standard:
         attack_kwargs = {**attack_kwargs, "batch_size": batch_size}
     if not isinstance(model, (keras.Model, WeightedEnsemble)):
         model = as_ensemble(model)  # one ensemble object, so every eps reuses its cached gradient
-    grad = _prepare.gradient_for(
-        model, loss=attack_kwargs.get("loss"), output=attack_kwargs.get("output"), batch_size=batch_size
-    )
-    x0, labels, n = _prepare.prepare(grad, x, y, _checks.check_clip_values(attack_kwargs.get("clip_values")))
+    loss = attack_kwargs.get("loss") if fn in (fgsm, bim, pgd) else None
+    grad = gradient_for(model, loss=loss, output=attack_kwargs.get("output"), batch_size=batch_size)
+    x0, labels, n = prepare(grad, x, y, _checks.check_clip_values(attack_kwargs.get("clip_values")))
     if fn in _ATTACKS.values():  # validates every attack argument; at eps=0 the attack does no work
         fn(model, x0, labels, eps=0.0, **_with_step(attack_kwargs, 0.0, iterative))
 
@@ -126,5 +135,5 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
         x_adv = x0
         if eps > 0:
             x_adv = fn(model, x0, labels, eps=eps, **_with_step(attack_kwargs, eps, iterative))
-        accuracy.append(float(np.mean(_prepare.predict_labels(grad, x_adv, batch_size) == labels)))
+        accuracy.append(float(np.mean(predict_labels(grad, x_adv, batch_size) == labels)))
     return {"eps": epsilons, "accuracy": accuracy, "zero_gradient_fraction": zero_fraction}
