@@ -28,8 +28,9 @@ def test_new_ensembles_of_the_same_members_reuse_one_compiled_function():
         adv = gradkit.fgsm(ens, x, y, eps=0.1)
         expected = sum(w * gradkit.input_gradient(m, x, y) for m, w in zip(members, weights))
         np.testing.assert_allclose(adv, x + 0.1 * np.sign(expected), atol=1e-6)
-    assert gradkit.InputGradient(gradkit.WeightedEnsemble(members, [1, 2, 3])).trace_count == 1
-    assert AttackGradient(gradkit.WeightedEnsemble(members, [3, 2, 1])).trace_count <= 1
+    # the attacks' compiled objective, shared by all 50 ensembles, traced once
+    assert AttackGradient(gradkit.WeightedEnsemble(members, [3, 2, 1])).trace_count == 1
+    assert gradkit.InputGradient(gradkit.WeightedEnsemble(members, [1, 2, 3])).trace_count <= 1
 
 
 def test_changing_row_counts_trace_a_bounded_number_of_times_and_memory_stays_flat():
