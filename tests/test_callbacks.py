@@ -7,13 +7,9 @@ import numpy as np
 import pytest
 
 import gradkit
-from gradkit import norms
-from gradkit.callbacks import (
-    GradientNormCallback,
-    GradientNormMetric,
-    track_gradient_norm,
-    untrack_gradient_norm,
-)
+from gradkit.monitor import GradientNormCallback, track_gradient_norm, untrack_gradient_norm
+from gradkit.monitor import _step_norms as norms
+from gradkit.monitor._step_norms import GradientNormMetric
 from test_norms import n1_model, n2_model, two_heads
 
 from conftest import set_weights_from

@@ -13,12 +13,21 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   arguments so that later training is seen without recompiling.
 - `EAGER`: True where nothing is traced (PyTorch); gradkit then counts distinct input signatures.
 - `group_norms(grads, matrix, last)`: `sqrt(matrix @ [|g_1|^2, ..., |g_n|^2, last])` for a list of
-  dense gradients (the in-step norms of `gradkit.norms.NormValues`): a float32 tensor, or a list of
-  Python floats where the gradients are on the host anyway (PyTorch's CPU).
+  dense gradients (the in-step norms of `gradkit.monitor`): an opaque value, a float32 tensor or, where
+  the gradients are on the host anyway (PyTorch's CPU), a list of Python floats. Callers hand it back
+  to the next four functions (`_norm_values.py`), which alone look inside:
+- `divide_norms(values, scale)`: the norms divided by the loss-scale factor.
+- `applied_norms(values, iteration, steps)`: the norms on a step that applies an accumulated update
+  (`(iteration + 1) % steps == 0`), zeros on the others.
+- `add_norms(sums, host_sums, values)`: adds a step's norms into a metric's running sums (the float32
+  variable `sums`, or the host list `host_sums`); returns the host sums to keep.
+- `norm_means(sums, host_sums, names)`: the running means `{name: value}` (tensors or Python floats).
 - `assign_add(variable, value)`: `variable += value` for a Keras variable, the cheapest way the
   backend has (the in-step metric update).
+- `values_before_step(model, args, variables)`: the values of optimizer variables as they are before
+  the training step `model.train_step(*args)` runs (the step's arguments are opaque to the caller).
 - `wrap_train_step(model, metric, norms_fn)`: `(train_step, test_step)` that record the norms of the
-  gradients the training step applies into `metric` (see `gradkit.callbacks`).
+  gradients the training step applies into `metric` (see `gradkit.monitor`).
 - `batch_multiple()` and `distribute_batch(structure)`: data parallelism under an active
   `keras.distribution` (JAX only; the other backends raise NotImplementedError when one is set).
 
@@ -49,17 +58,27 @@ wrap_train_step = _impl.wrap_train_step
 batch_multiple = _impl.batch_multiple
 distribute_batch = _impl.distribute_batch
 group_norms = _impl.group_norms
+divide_norms = _impl.divide_norms
+applied_norms = _impl.applied_norms
+add_norms = _impl.add_norms
+norm_means = _impl.norm_means
 assign_add = _impl.assign_add
+values_before_step = _impl.values_before_step
 
 __all__ = [
     "NAME",
     "EAGER",
+    "add_norms",
+    "applied_norms",
     "assign_add",
     "batch_multiple",
     "compile_forward",
     "compile_grad",
     "distribute_batch",
+    "divide_norms",
     "group_norms",
+    "norm_means",
+    "values_before_step",
     "variable_values",
     "wrap_train_step",
 ]

@@ -1,5 +1,6 @@
 """What the TensorFlow and PyTorch backends share: data-parallel hooks (they have no
-`keras.distribution` support) and building the optimizer before the in-step norm reads its loss scale."""
+`keras.distribution` support), building the optimizer before the in-step norm reads its loss scale, and
+reading variables before a training step (their `train_step(data)` reads the variables themselves)."""
 
 import keras
 
@@ -36,3 +37,13 @@ def build_optimizer(optimizer, trainable_variables):
         with keras.name_scope(optimizer.name):
             optimizer.build(list(trainable_variables))
         optimizer.built = True
+
+
+def values_before_step(model, args, variables):
+    """Copies of the values of `variables` (Keras variables) before the step `train_step(*args)` runs.
+
+    TensorFlow and PyTorch steps read and write the variables themselves, so the values are copied
+    before the step changes them. `model` and `args` are unused here (the JAX step reads its state).
+    """
+    del model, args
+    return [keras.ops.copy(v.value) for v in variables]

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import keras
 from jax.extend.core import Literal
 
+from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
 from gradkit.errors import DisconnectedGradientError
 
 EAGER = False
@@ -141,6 +142,20 @@ def group_norms(grads, matrix, last):
 def assign_add(variable, value):
     """`variable += value` (a Keras variable; inside a stateless scope, recorded there)."""
     variable.assign_add(value)
+
+
+add_norms = norm_adder(assign_add)
+
+
+def values_before_step(model, args, variables):
+    """The values of `model.optimizer`'s `variables` in the state of the step `train_step(*args)`.
+
+    The JAX step is stateless, `train_step(state, data)`: `state[2]` holds the values of
+    `model.optimizer.variables`, read from there (the variables themselves are not updated in the step).
+    """
+    optimizer_values = args[0][2]
+    ids = [id(v) for v in model.optimizer.variables]
+    return [optimizer_values[ids.index(id(v))] for v in variables]
 
 
 def _loss_scale(optimizer, optimizer_values):

@@ -4,7 +4,13 @@ import logging
 
 import tensorflow as tf
 
-from gradkit.backend.single_device import batch_multiple, build_optimizer, distribute_batch  # noqa: F401
+from gradkit.backend._common import (  # noqa: F401
+    batch_multiple,
+    build_optimizer,
+    distribute_batch,
+    values_before_step,
+)
+from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
 from gradkit.errors import DisconnectedGradientError
 
 EAGER = False
@@ -12,13 +18,15 @@ EAGER = False
 
 class _OwnTracesFilter(logging.Filter):
     """Drops TensorFlow's "N out of the last N calls to ... triggered tf.function retracing" about
-    gradkit's own functions: TensorFlow counts traces per code object, so one `compile_grad` per model
+    gradkit's own functions: TensorFlow counts traces per code object, so one `compile_grad` (or
+    `compile_forward`) per model
     (each traced once per input signature, see `trace_count`) reads to it as one function retracing.
     """
 
     def filter(self, record):
         message = record.getMessage()
-        return "tf.function retracing" not in message or "compile_grad.<locals>" not in message
+        own = "compile_grad.<locals>" in message or "compile_forward.<locals>" in message
+        return "tf.function retracing" not in message or not own
 
 
 tf.get_logger().addFilter(_OwnTracesFilter())
@@ -80,6 +88,9 @@ def group_norms(grads, matrix, last):
 def assign_add(variable, value):
     """`variable += value` (a Keras variable; inside a stateless scope, recorded there)."""
     variable.assign_add(value)
+
+
+add_norms = norm_adder(assign_add)
 
 
 def _loss_scale(optimizer, trainable_variables):

@@ -9,7 +9,13 @@ import math
 import torch
 from keras import tree
 
-from gradkit.backend.single_device import batch_multiple, build_optimizer, distribute_batch  # noqa: F401
+from gradkit.backend._common import (  # noqa: F401
+    batch_multiple,
+    build_optimizer,
+    distribute_batch,
+    values_before_step,
+)
+from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
 from gradkit.errors import DisconnectedGradientError
 
 EAGER = True
@@ -129,6 +135,9 @@ def assign_add(variable, value):
     """`variable += value` in place: `KerasVariable.assign` costs 20-30 us of checks per call."""
     with torch.no_grad():
         variable.value.add_(value)
+
+
+add_norms = norm_adder(assign_add)
 
 
 def _loss_scale(optimizer, trainable_variables):

@@ -1,0 +1,111 @@
+"""The norms of one training step's gradients (`NormValues`) and their running mean (`GradientNormMetric`).
+
+Both run inside every training step, so each costs a fixed handful of operations whatever the number of
+layers. What they hold is the backend's opaque norm value (a float32 tensor, or Python floats on
+PyTorch's CPU): they pass it to `gradkit.backend` (`group_norms`, `divide_norms`, `add_norms`,
+`norm_means`) and never look inside.
+"""
+
+import keras
+import numpy as np
+
+from gradkit import backend
+from gradkit.monitor._gradient_norm import PREFIX
+
+
+class NormValues:
+    """Callable `(grads, scale) -> vector [global norm, norm of group 1, ..., 1.0]` (in-step).
+
+    One backend call, `backend.group_norms`, takes the squared norm of each gradient (one native
+    reduction, no copy) and sums them into the global and per-group norms with one product by a
+    constant 0/1 matrix `(1 + groups + 1, n + 1)`. The last entry, 1.0, is the step's weight in
+    `GradientNormMetric`: the matrix's last row picks the extra entry `last` = scale**2 (or 1), whose
+    square root divided by `scale` is 1. The norms are divided by `scale` (the loss-scale factor, None
+    for none; a norm is linear in its argument, so this equals unscaling the gradients). None gradients
+    count as zero; NaN and inf propagate to every norm whose weights hold them.
+
+    No `keras.ops` on the per-step path: on eager PyTorch a `keras.ops` call costs 15-50 us of dtype
+    handling, more than the tensor operation it wraps.
+
+    Args:
+        groups: list of lists of int, the indices (in the gradient list) of each group's weights, as
+            `layer_groups` gives them.
+
+    Call args:
+        grads: list of n dense gradients (tensors of any float dtype) or None.
+        scale: the loss-scale factor (float or scalar tensor), or None. Defaults to None.
+
+    Returns:
+        The backend's opaque norm value of `len(groups) + 2` entries (hand it to `backend.add_norms`).
+    """
+
+    def __init__(self, groups):
+        self.groups = [list(group) for group in groups]
+        self._cache = {}
+
+    def _constants(self, present):
+        """The 0/1 matrix (global row, group rows, weight row) and a float32 1.0, as tensors."""
+        key = tuple(present)
+        if key in self._cache:
+            return self._cache[key]
+        column = {i: k for k, i in enumerate(present)}
+        matrix = np.zeros((2 + len(self.groups), len(present) + 1), np.float32)
+        matrix[0, :-1] = 1.0
+        for row, group in enumerate(self.groups, start=1):
+            matrix[row, [column[i] for i in group if i in column]] = 1.0
+        matrix[-1, -1] = 1.0
+        constants = keras.ops.convert_to_tensor(matrix), keras.ops.convert_to_tensor(1.0, "float32")
+        if backend.EAGER:  # traced backends build them inside each trace (a tensor is tied to its graph)
+            self._cache[key] = constants
+        return constants
+
+    def __call__(self, grads, scale=None):
+        present = [i for i, g in enumerate(grads) if g is not None]
+        matrix, one = self._constants(present)
+        last = one if scale is None else scale * scale
+        values = backend.group_norms([grads[i] for i in present], matrix, last)
+        if scale is None:
+            return values
+        return backend.divide_norms(values, scale)
+
+
+class GradientNormMetric(keras.metrics.Metric):
+    """Running mean of per-step gradient norms: `update_state([norm_1, ..., norm_k, weight])`.
+
+    `weight` is 1 for a step that counts; a step that does not (one that only accumulates gradients)
+    passes all zeros. `sums` holds the running sums of the norms and of the weights, so a step costs
+    one addition; `result()` is their ratio (0 before any counted step). Values the backend keeps on
+    the host (Python floats, PyTorch's CPU) are summed on the host by `backend.add_norms`, in float64,
+    and `result()` then gives Python floats.
+
+    Args:
+        names: list of k log keys (`"grad_norm"`, then `"grad_norm/<layer name>"`...).
+        name: the metric's name. Defaults to `"grad_norm"`.
+    """
+
+    def __init__(self, names, name=PREFIX):
+        super().__init__(name=name, dtype="float32")
+        self.names = list(names)
+        self.sums = self.add_variable(shape=(len(self.names) + 1,), initializer="zeros", name="sums")
+        self._set_host_sums(None)  # the running sums of host values, once there are any
+
+    def _set_host_sums(self, sums):
+        # Not through Metric.__setattr__: its tracker would wrap the list in a tracked list.
+        object.__setattr__(self, "_host_sums", sums)
+
+    def update_state(self, values):
+        """Adds one step's norm value (from `NormValues`, or a list of k + 1 floats)."""
+        self._set_host_sums(backend.add_norms(self.sums, self._host_sums, values))
+
+    def reset_state(self):
+        super().reset_state()
+        self._set_host_sums(None)
+
+    def result(self):
+        return backend.norm_means(self.sums, self._host_sums, self.names)
+
+    def result_names(self):
+        return list(self.names)
+
+    def get_config(self):
+        return {"names": self.names, "name": self.name}
