@@ -1,0 +1,47 @@
+"""The public names: `gradkit.*` and each subpackage's exports are pinned (a change here is an API change)."""
+
+import importlib
+
+import pytest
+
+import gradkit
+
+TOP = [
+    "AdaBoostM1", "DisconnectedGradientError", "Evaluation", "GradientNormCallback", "InputGradient",
+    "SAMME", "WeightGradient", "WeightedEnsemble", "apgd", "bim", "evaluate", "fgsm", "gradient_norm",
+    "input_gradient", "load", "pgd", "plot_grad_norm", "plot_robustness", "robustness_curve", "run_study",
+    "square", "track_gradient_norm", "untrack_gradient_norm", "weight_gradients",
+]  # fmt: skip
+PACKAGES = {
+    "gradkit.gradients": [
+        "AttackGradient", "InputGradient", "LossSpec", "WeightGradient", "WeightedEnsemble", "as_ensemble",
+        "cached", "check_labels", "check_sample_weight", "check_x", "input_gradient", "labels_for_loss",
+        "n_outputs", "output_index", "predict_batched", "resolve_loss", "select_output", "training_kwargs",
+        "weight_gradients", "weighted_vote",
+    ],
+    "gradkit.monitor": [
+        "GradientNormCallback", "gradient_norm", "track_gradient_norm", "untrack_gradient_norm",
+    ],
+    "gradkit.attacks": [
+        "NAMES", "AttackResult", "apgd", "bim", "decide", "fgsm", "gradient_for", "is_ensemble", "pgd",
+        "predict_labels", "prepare", "run_attack", "square",
+    ],
+    "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "load"],
+    "gradkit.evaluation": ["Evaluation", "check_curve", "evaluate", "robustness_curve"],
+}  # fmt: skip
+
+
+def test_top_level_names_are_pinned_and_resolve():
+    assert sorted(gradkit.__all__) == sorted(TOP)
+    for name in TOP:
+        assert getattr(gradkit, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        gradkit.nope  # noqa: B018
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_subpackage_exports_are_pinned(package):
+    module = importlib.import_module(package)
+    assert sorted(module.__all__) == sorted(PACKAGES[package])
+    for name in module.__all__:
+        assert getattr(module, name) is not None
