@@ -47,3 +47,16 @@ def values_before_step(model, args, variables):
     """
     del model, args
     return [keras.ops.copy(v.value) for v in variables]
+
+
+def test_step_without(metric, step_cls, model):
+    """The class's `test_step(data)` with the norm metric's keys dropped from its logs (evaluation has
+    no gradients, so no norm)."""
+
+    def test_step(data):
+        logs = dict(step_cls.test_step(model, data))
+        for key in metric.result_names():
+            logs.pop(key, None)
+        return logs
+
+    return test_step

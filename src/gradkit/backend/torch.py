@@ -13,6 +13,7 @@ from gradkit.backend._common import (  # noqa: F401
     batch_multiple,
     build_optimizer,
     distribute_batch,
+    test_step_without,
     values_before_step,
 )
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
@@ -176,13 +177,7 @@ def wrap_train_step(model, metric, norms_fn):
             logs.update(metric.result())
         return logs
 
-    def test_step(data):
-        logs = dict(step_cls.test_step(model, data))
-        for key in metric.result_names():
-            logs.pop(key, None)
-        return logs
-
-    return train_step, test_step
+    return train_step, test_step_without(metric, step_cls, model)
 
 
 def compile_forward(fn):
