@@ -133,6 +133,29 @@ def one_network(weights):
     return flag("one_network", message, TRAMER)
 
 
+def dominant_gradient(shares, threshold=0.9):
+    """Flag for an ensemble member whose weighted input gradient makes up more than `threshold` of the
+    members' summed gradient norms on the median point, or None.
+
+    `shares`: float `(K, n)`, alpha_k * ||grad_x CE_k||_2 per member and point. The "loss_sum" gradient
+    then follows that member alone, whether or not it can change the vote.
+    """
+    shares = np.asarray(shares, dtype=np.float64)
+    if shares.ndim != 2 or len(shares) < 2:
+        return None
+    fraction = shares / np.maximum(shares.sum(axis=0, keepdims=True), 1e-30)
+    median = np.median(fraction, axis=1)
+    top = int(np.argmax(median))
+    if median[top] <= threshold:
+        return None
+    message = (
+        f"member {top}'s weighted input gradient is {100 * median[top]:.0f}% of the members' summed "
+        "gradient norms on the median point: a loss_sum attack follows that member alone, whether or not "
+        "it can change the vote; judge by the vote_margin attacks."
+    )
+    return flag("dominant_gradient", message, TRAMER)
+
+
 def _unbounded(evaluation):
     if evaluation.clip_values is None:
         return False

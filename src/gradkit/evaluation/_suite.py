@@ -9,7 +9,7 @@ from tqdm.auto import tqdm
 from gradkit import attacks as registry
 from gradkit.evaluation import _flags, _plan, _state
 from gradkit.evaluation._result import Evaluation
-from gradkit.gradients import as_ensemble, predict_batched
+from gradkit.gradients import AttackGradient, as_ensemble, predict_batched
 
 _PROBE = 32  # rows predicted twice to detect a randomized forward pass
 
@@ -105,7 +105,19 @@ def evaluate(
         if state_path:
             _state.save(state_path, fp, state)
     state.seconds = seconds + time.perf_counter() - start
-    return _result(model, state, config)
+    return _result(model, state, config, _shares(model, x, labels, config))
+
+
+def _shares(model, x, labels, config):
+    """alpha_k * ||grad_x CE_k||_2 `(K, n)` of an ensemble's members at the clean points, else None."""
+    if not registry.is_ensemble(model):
+        return None
+    ensemble = as_ensemble(model)
+    rows = []
+    for member, weight in zip(ensemble.models, ensemble.weights):
+        _, _, grad = AttackGradient(member, batch_size=config.batch_size)(x, labels)
+        rows.append(weight * np.sqrt(np.sum(np.square(grad.reshape(len(x), -1)), axis=1)))
+    return np.stack(rows)
 
 
 def _randomness(model, x, batch_size):
@@ -204,7 +216,7 @@ def _run(model, x, labels, entry, config, state):
     }
 
 
-def _result(model, state, config):
+def _result(model, state, config, shares=None):
     """The `Evaluation` of a finished state, with its flags."""
     weights = as_ensemble(model).weights if registry.is_ensemble(model) else ()
     found = [
@@ -214,6 +226,7 @@ def _result(model, state, config):
         _flags.unconfirmed(state.unconfirmed),
         *_flags.late_breaks(config.entries, state.per_attack),
         _flags.one_network(weights),
+        _flags.dominant_gradient(shares) if shares is not None else None,
     ]
     return Evaluation(
         clean_accuracy=state.clean_accuracy,
