@@ -33,7 +33,7 @@ def test_evaluate_breaks_with_vote_margin_what_loss_sum_cannot_and_flags_the_dom
                               steps=10, clip_values=(0, 1), verbose=0)  # fmt: skip
     assert result.clean_accuracy == 1.0 and result.robust_accuracy == 0.0
     # loss_sum can only win through APGD's random start on the eps-sphere; vote_margin breaks the rest
-    assert result.broken_by.count("apgd-ce/vote_margin") >= 5
+    assert result.broken_by.count("apgd-ce/vote_margin") >= 4  # half the points
     names = {f["name"] for f in result.flags}
     assert "dominant_gradient" in names and "one_network" in names  # 0.6 > 0.4: member 0 is the vote
     np.testing.assert_array_equal(decide(ens, result.x_adv), np.ones(8))
