@@ -157,3 +157,33 @@ def test_devices_needs_jax_and_existing_devices(capsys, tmp_path):
     assert not out.exists()
     code, err = _main(capsys, "--quick", "--devices", "0", "--out", str(out))
     assert code == 2 and ">= 1" in err
+
+
+def test_no_arguments_prints_usage_and_points_to_help(capsys):
+    assert cli.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: gradkit") and "gradkit --help" in err
+    assert cli.main(["study", "--epsilons", "0,abc"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: gradkit study") and "gradkit study --help" in err
+
+
+def test_version(capsys):
+    import gradkit
+
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"gradkit {gradkit.__version__}\n"
+
+
+def test_help_imports_no_keras_and_no_backend():
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "gradkit", "study", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and "--epsilons" in proc.stdout
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line]
+    assert "gradkit.cli" in imported
+    heavy = {"keras", "tensorflow", "jax", "jaxlib", "torch"}
+    assert not [name for name in imported if name.split(".")[0] in heavy]

@@ -4,8 +4,8 @@ import keras
 import numpy as np
 import pytest
 
-from gradkit import datasets
-from gradkit.datasets import DatasetError
+from gradkit import study as datasets
+from gradkit.study import DatasetError
 
 
 def _save(path, **arrays):

@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 import gradkit
-from gradkit import cli, robustness, study
-from gradkit.ensemble import as_ensemble
+from gradkit import cli, evaluation, study
+from gradkit.gradients import as_ensemble
+from gradkit.study import _outdir, _run
 
 BACKEND = keras.backend.backend()
 FILES = {"config.json", "results.json", "results.csv", "robustness.png", "grad_norm.png", "single.keras",
@@ -66,8 +67,8 @@ def _no_training(monkeypatch, allowed=()):
             raise AssertionError(f"{name} was trained again")
         return gradkit.load(allowed[name]), [1.0, 2.0]
 
-    monkeypatch.setattr(study, "_train_single", forbid)
-    monkeypatch.setattr(study, "_train_boosted", forbid)
+    monkeypatch.setattr(_run, "_train_single", forbid)
+    monkeypatch.setattr(_run, "_train_boosted", forbid)
     return calls
 
 
@@ -132,7 +133,7 @@ def test_accuracy_clean_at_eps_zero_and_under_attack(quick_dir):
 
 def test_saved_models_are_the_trained_ones(quick_dir):
     state = _read(quick_dir)
-    data = gradkit.datasets.load_digits()
+    data = study.load_digits()
     models = {"single": keras.saving.load_model(quick_dir / "single.keras")}
     models.update({name: gradkit.load(quick_dir / name) for name in ("adaboost_m1", "adv_boost")})
     for name, model in models.items():
@@ -158,7 +159,7 @@ def test_rerun_trains_and_attacks_nothing(quick_dir, tmp_path, monkeypatch):
     out = _copy(quick_dir, tmp_path)
     before = _read(out)
     _no_training(monkeypatch)
-    monkeypatch.setattr(robustness, "robustness_curve", lambda *a, **k: pytest.fail("attacked again"))
+    monkeypatch.setattr(evaluation, "robustness_curve", lambda *a, **k: pytest.fail("attacked again"))
     result = study.run_study({"quick": True, "out": str(out)}, progress=False)
     assert result == before == _read(out)
 
@@ -176,7 +177,7 @@ def test_resume_after_interrupted_training(quick_dir, tmp_path, monkeypatch):
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(study, "_train_boosted", interrupted)
+    monkeypatch.setattr(_run, "_train_boosted", interrupted)
     assert cli.main(["study", "--quick", "--no-progress", "--out", str(out)]) == 130
     assert _read(out) == state and not [f for f in os.listdir(out) if f.startswith(".tmp")]
 
@@ -199,7 +200,7 @@ def test_resume_after_interrupted_attacks(quick_dir, tmp_path, monkeypatch):
     for name in ("results.csv", "robustness.png"):
         os.remove(out / name)
     _no_training(monkeypatch)
-    real, calls = robustness.robustness_curve, []
+    real, calls = evaluation.robustness_curve, []
 
     def interrupted(model, x, y, *, attack, epsilons, **kwargs):
         calls.append(attack)
@@ -207,7 +208,7 @@ def test_resume_after_interrupted_attacks(quick_dir, tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real(model, x, y, attack=attack, epsilons=epsilons, **kwargs)
 
-    monkeypatch.setattr(robustness, "robustness_curve", interrupted)
+    monkeypatch.setattr(evaluation, "robustness_curve", interrupted)
     assert cli.main(["study", "--quick", "--no-progress", "--out", str(out)]) == 130
     assert len(_read(out)["results"]) == len(kept) + 3  # the finished curve was saved
     calls.clear()
@@ -216,7 +217,7 @@ def test_resume_after_interrupted_attacks(quick_dir, tmp_path, monkeypatch):
         calls.append(kwargs["attack"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(robustness, "robustness_curve", counted)
+    monkeypatch.setattr(evaluation, "robustness_curve", counted)
     assert cli.main(["study", "--quick", "--no-progress", "--out", str(out)]) == 0
     assert calls == ["pgd", "pgd"]  # adaboost_m1 pgd and adv_boost pgd: the only curves left
     assert _rows(_read(out)) == _rows(_read(quick_dir))
@@ -238,6 +239,6 @@ def test_changed_config_backend_or_data_is_refused(quick_dir, tmp_path, capsys):
     _write(out, meta, "config.json")
     config = {k: v for k, v in study.make_config(quick=True).items() if k != "out"}
     with pytest.raises(study.ConfigError, match="other data"):
-        study._open_out(str(out), config, BACKEND, "0" * 64)
+        _outdir.open_out(str(out), config, BACKEND, "0" * 64)
     assert (out / "results.json").read_bytes() == snapshot["results.json"]
     assert (out / "results.csv").read_bytes() == snapshot["results.csv"]

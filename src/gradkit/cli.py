@@ -1,12 +1,18 @@
 """The `gradkit` command line. `gradkit study --help` lists the options of the robustness study.
 
-Exit codes: 0 success, 2 bad input (unknown data set, malformed epsilons, unusable output directory,
-a changed configuration in an existing one; the message goes to stderr and nothing is written),
-130 interrupted (rerun the same command to resume).
+The parser is built from `gradkit.study`'s Keras-free configuration (`DEFAULTS`, `QUICK`), so `--help`,
+`--version` and bad options answer without importing Keras or a backend; Keras is imported only when a
+command runs.
+
+Exit codes: 0 success, 2 bad input (no command, unknown data set, malformed epsilons, unusable output
+directory, a changed configuration in an existing one; the message goes to stderr and nothing is
+written), 130 interrupted (rerun the same command to resume).
 """
 
 import argparse
 import sys
+
+from gradkit import __version__, study
 
 _EXAMPLE = """examples:
   gradkit study --out runs/demo                     digits, CNN, 3 models, FGSM and PGD (a few minutes)
@@ -23,7 +29,10 @@ class _UsageError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
-        raise _UsageError(f"{self.prog}: error: {message}")
+        raise _UsageError(
+            f"{self.format_usage()}{self.prog}: error: {message}\n"
+            f"Run '{self.prog} --help' for the {'options' if ' ' in self.prog else 'commands'}."
+        )
 
 
 def _number_list(kind):
@@ -44,15 +53,21 @@ def _word_list(text):
     return [item.strip().lower() for item in text.split(",") if item.strip()]
 
 
-def build_parser():
-    """The argparse parser of `gradkit` (subcommand `study`); defaults of None mean "the study's"."""
-    from gradkit.study import DEFAULTS, QUICK, QUICK_SUBSET
+def _csv(values):
+    return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
 
+
+def build_parser():
+    """The argparse parser of `gradkit` (subcommand `study`); defaults of None mean "the study's".
+
+    Builds from `gradkit.study`'s Keras-free names only: no Keras or backend import.
+    """
     parser = _Parser(
         prog="gradkit", description="Robustness studies of Keras networks and boosted ensembles."
     )
+    parser.add_argument("--version", action="version", version=f"gradkit {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    study = commands.add_parser(
+    command = commands.add_parser(
         "study",
         help="train a single network, AdaBoost.M1 and adversarial boosting; attack them; report",
         description="Train `single`, `adaboost_m1` and `adv_boost`, attack each at every eps, and write\n"
@@ -60,46 +75,62 @@ def build_parser():
         epilog=_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    eps = ",".join(f"{e:g}" for e in DEFAULTS["epsilons"])
-    add = study.add_argument
-    add("--dataset", help='"digits" (default, no download), "mnist" (Keras loader) or a .npz file')
-    add("--model", choices=["cnn", "mlp"], help="network of every model (default: cnn)")
-    add(
-        "--epsilons",
-        type=_number_list(float),
-        help=f"comma-separated eps >= 0 in [0, 1] units (default: {eps})",
-    )
-    add("--attacks", type=_word_list, help="comma-separated, from fgsm, pgd (default: fgsm,pgd)")
-    add("--n-estimators", type=int, help=f"boosting rounds (default: {DEFAULTS['n_estimators']})")
-    add(
-        "--epochs",
-        type=int,
-        help=f"epochs per member; single gets n_estimators x epochs (default: {DEFAULTS['epochs']})",
-    )
-    add("--seed", type=int, help="seed of the split, the initial weights and PGD's start (default: 0)")
-    add("--batch-size", type=int, help=f"training batch size (default: {DEFAULTS['batch_size']})")
-    add(
-        "--pgd-steps",
-        type=int,
-        help=f"PGD steps, eps_step = 2.5 eps / steps (default: {DEFAULTS['pgd_steps']})",
-    )
-    add("--adv-eps", type=float, help=f"FGSM eps of adversarial boosting (default: {DEFAULTS['adv_eps']})")
-    add("--out", help=f"output directory (default: {DEFAULTS['out']})")
-    add(
+    _add_study_options(command.add_argument, study.DEFAULTS)
+    quick, (n_train, n_test) = study.QUICK, study.QUICK_SUBSET
+    command.add_argument(
         "--quick",
         action="store_true",
-        help=f"{QUICK['n_estimators']} members x {QUICK['epochs']} epochs, epsilons "
-        f"{','.join(f'{e:g}' for e in QUICK['epsilons'])}, at most {QUICK_SUBSET[0]}/{QUICK_SUBSET[1]} "
-        "train/test samples (explicit options still win)",
+        help=f"{quick['n_estimators']} members x {quick['epochs']} epochs, "
+        f"epsilons {_csv(quick['epsilons'])}, at most {n_train}/{n_test} train/test samples "
+        "(explicit options still win)",
     )
-    add(
+    command.add_argument(
         "--devices",
         type=int,
         help="data-parallel over this many devices with keras.distribution.DataParallel (JAX only; "
         "see docs/scaling.md). Default: Keras' default placement",
     )
-    add("--no-progress", action="store_true", help="no progress bars")
+    command.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
+
+
+def _add_study_options(add, defaults):
+    """The options that map onto `gradkit.study.make_config`'s keys; their help shows `defaults`."""
+    add(
+        "--dataset",
+        help=f'"digits" (no download), "mnist" (Keras loader) or a .npz file '
+        f"(default: {defaults['dataset']})",
+    )
+    add("--model", choices=["cnn", "mlp"], help=f"network of every model (default: {defaults['model']})")
+    add(
+        "--epsilons",
+        type=_number_list(float),
+        help=f"comma-separated eps >= 0 in [0, 1] units (default: {_csv(defaults['epsilons'])})",
+    )
+    add(
+        "--attacks",
+        type=_word_list,
+        help=f"comma-separated, from fgsm, pgd (default: {_csv(defaults['attacks'])})",
+    )
+    add("--n-estimators", type=int, help=f"boosting rounds (default: {defaults['n_estimators']})")
+    add(
+        "--epochs",
+        type=int,
+        help=f"epochs per member; single gets n_estimators x epochs (default: {defaults['epochs']})",
+    )
+    add(
+        "--seed",
+        type=int,
+        help=f"seed of the split, the initial weights and PGD's start (default: {defaults['seed']})",
+    )
+    add("--batch-size", type=int, help=f"training batch size (default: {defaults['batch_size']})")
+    add(
+        "--pgd-steps",
+        type=int,
+        help=f"PGD steps, eps_step = 2.5 eps / steps (default: {defaults['pgd_steps']})",
+    )
+    add("--adv-eps", type=float, help=f"FGSM eps of adversarial boosting (default: {defaults['adv_eps']})")
+    add("--out", help=f"output directory (default: {defaults['out']})")
 
 
 def use_devices(n):
@@ -130,27 +161,26 @@ def main(argv=None):
         argv: list of str, e.g. `["study", "--quick", "--out", "runs/q"]`. Defaults to None.
 
     Returns:
-        int: 0 on success, 2 on bad input (message on stderr, nothing written), 130 when interrupted.
+        int: 0 on success (and for `--help`, `--version`), 2 on bad input (usage and message on stderr,
+        nothing written), 130 when interrupted.
     """
-    from gradkit import datasets, study
-
     try:
         args = build_parser().parse_args(argv)
     except _UsageError as err:
         print(err, file=sys.stderr)
         return 2
-    except SystemExit as exit_:  # --help
+    except SystemExit as exit_:  # --help, --version
         return int(exit_.code or 0)
     options = {k: v for k, v in vars(args).items() if k not in ("command", "no_progress", "devices")}
-    if args.devices is not None:
-        try:
+    try:
+        if args.devices is not None:
             use_devices(args.devices)
-        except ValueError as err:
-            print(f"gradkit study: error: {err}", file=sys.stderr)
-            return 2
+    except ValueError as err:
+        print(f"gradkit study: error: {err}", file=sys.stderr)
+        return 2
     try:
         result = study.run_study(options, progress=not args.no_progress)
-    except (study.ConfigError, datasets.DatasetError) as err:
+    except (study.ConfigError, study.DatasetError) as err:
         print(f"gradkit study: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from gradkit.atomic import write_atomic
+from gradkit._io import write_atomic
 
 SIZE = (6.4, 4.0)  # inches
 DPI = 100  # so images are 640 x 400 pixels
@@ -72,11 +72,17 @@ def _cell(text):
         return math.nan
 
 
+def _is_step_log(source):
+    """True for a `gradkit.GradientNormCallback` (its `steps`: {name: [[value per step] per epoch]}),
+    recognised by that attribute so that plotting imports no layer above it."""
+    return not isinstance(source, (dict, str, os.PathLike)) and isinstance(
+        getattr(source, "steps", None), dict
+    )
+
+
 def _curves(source):
     """(x label, {curve label: (x, y)}, epoch boundaries) from any accepted `source`."""
-    from gradkit.callbacks import GradientNormCallback
-
-    if isinstance(source, GradientNormCallback):
+    if _is_step_log(source):
         if not source.steps:
             raise ValueError("`source` GradientNormCallback has recorded no steps yet (train with it first).")
         curves, bounds = {}, []

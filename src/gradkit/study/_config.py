@@ -1,0 +1,187 @@
+"""The study's configuration: the single source of its defaults, validated, with no Keras import.
+
+`StudyConfig` is a frozen dataclass whose field defaults are the defaults (`DEFAULTS` is derived from
+them); constructing one validates and canonicalizes every field, so a `StudyConfig` is always usable.
+`make_config(**options)` gives the same configuration as a plain dict (what config.json stores). The
+command line builds its `--help` from these names without importing Keras or a backend.
+
+Checks go through `gradkit._checks` (one message form). Every failure is a `ConfigError` (a
+ValueError); a value of the wrong type raises one that is also a TypeError.
+"""
+
+import dataclasses
+import math
+import os
+
+from gradkit import _checks
+from gradkit.study._datasets import check_name
+
+MODELS = ("single", "adaboost_m1", "adv_boost")
+ATTACKS = ("fgsm", "pgd")
+NETWORKS = ("cnn", "mlp")
+QUICK = {"epsilons": [0.0, 0.1, 0.3], "n_estimators": 2, "epochs": 3}
+QUICK_SUBSET = (2000, 1000)  # at most this many train / test samples with quick=True
+_MINIMUM = {"n_estimators": 1, "epochs": 1, "seed": 0, "batch_size": 1, "pgd_steps": 1}
+
+
+class ConfigError(ValueError):
+    """A study option or output directory that cannot be used; the message says what to change."""
+
+
+class _ConfigTypeError(ConfigError, TypeError):
+    """A study option of the wrong type: a `ConfigError` that is also a `TypeError`."""
+
+
+def _checked(check, *args, **kwargs):
+    """`check(*args, **kwargs)` with its TypeError / ValueError turned into a `ConfigError`."""
+    try:
+        return check(*args, **kwargs)
+    except TypeError as err:
+        raise _ConfigTypeError(str(err)) from None
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def _fail(name, expected, value, *, wrong_type=False):
+    """Raises the house message as a `ConfigError` (also a TypeError when `wrong_type`)."""
+    _checked(_checks.fail, name, expected, value, TypeError if wrong_type else ValueError)
+
+
+def _path(value, name):
+    if not isinstance(value, (str, os.PathLike)):
+        _fail(name, "a non-empty path or name", value, wrong_type=True)
+    if not os.fspath(value):
+        _fail(name, "a non-empty path or name", value)
+    return os.fspath(value)
+
+
+def _listed(values):
+    """`values` as a list, or None for a str, bytes or non-iterable (a single value is not a list)."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        return None
+    return list(values)
+
+
+def _nonnegative(values, name):
+    """Sorted unique floats, each finite and >= 0, from a non-empty sequence."""
+    listed = _listed(values)
+    if not listed:
+        _fail(name, "a non-empty list of numbers >= 0", values, wrong_type=listed is None)
+    if not all(_checks.is_real(v) and math.isfinite(v) and v >= 0 for v in listed):
+        raise ConfigError(f"`{name}` must hold finite numbers >= 0. Received: {name}={listed!r}")
+    return tuple(sorted({float(v) for v in listed}))
+
+
+def _attacks(attacks):
+    """The attack names in first-seen order, duplicates dropped."""
+    listed = _listed(attacks)
+    if not listed or any(a not in ATTACKS for a in listed):
+        raise ConfigError(
+            f'`attacks` must be a non-empty list of "fgsm", "pgd". Received: attacks={attacks!r}'
+        )
+    return tuple(dict.fromkeys(listed))
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyConfig:
+    """A validated study configuration; the field defaults are the study's defaults.
+
+    Attributes:
+        out: output directory (str). Defaults to "runs/study".
+        dataset: "digits", "mnist" or a path ending in ".npz" (see `load_dataset`). Defaults to "digits".
+        model: the network of every model, "cnn" or "mlp". Defaults to "cnn".
+        epsilons: tuple of finite floats >= 0 in input units (inputs lie in [0, 1]), sorted and
+            deduplicated. Defaults to (0, 0.02, 0.05, 0.1, 0.2, 0.3).
+        attacks: non-empty tuple from "fgsm", "pgd", duplicates dropped. Defaults to both.
+        n_estimators: boosting rounds, int >= 1. Defaults to 5.
+        epochs: epochs per member, int >= 1 (`single` trains `epochs * n_estimators`). Defaults to 4.
+        seed: int >= 0: the digits split, the initial weights, PGD's random start. Defaults to 0.
+        batch_size: training batch size, int >= 1. Defaults to 32.
+        pgd_steps: PGD steps, int >= 1; `eps_step = 2.5 * eps / pgd_steps`. Defaults to 10.
+        adv_eps: the FGSM eps of adversarial boosting, a finite float >= 0. Defaults to 0.1.
+        quick: whether `QUICK` and `QUICK_SUBSET` apply (see `from_options`). Defaults to False.
+
+    Raises:
+        ConfigError: a value outside the ranges above (also a TypeError for a wrong type).
+        DatasetError: a `dataset` that is neither "digits", "mnist" nor a ".npz" path.
+    """
+
+    out: str = "runs/study"
+    dataset: str = "digits"
+    model: str = "cnn"
+    epsilons: tuple = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3)
+    attacks: tuple = ATTACKS
+    n_estimators: int = 5
+    epochs: int = 4
+    seed: int = 0
+    batch_size: int = 32
+    pgd_steps: int = 10
+    adv_eps: float = 0.1
+    quick: bool = False
+
+    def __post_init__(self):
+        canonical = {
+            "out": _path(self.out, "out"),
+            "dataset": check_name(_path(self.dataset, "dataset")),
+            "model": _checked(_checks.check_choice, self.model, "model", NETWORKS),
+            "epsilons": _nonnegative(self.epsilons, "epsilons"),
+            "attacks": _attacks(self.attacks),
+            **{
+                key: _checked(_checks.check_int, getattr(self, key), key, minimum=low)
+                for key, low in _MINIMUM.items()
+            },
+            "adv_eps": _nonnegative([self.adv_eps], "adv_eps")[0],
+            "quick": _checked(_checks.check_flag, self.quick, "quick"),
+        }
+        for key, value in canonical.items():
+            object.__setattr__(self, key, value)
+
+    @classmethod
+    def from_options(cls, **options):
+        """The defaults, then `QUICK` if `quick`, then `options` (None means "the default").
+
+        Raises:
+            ConfigError: an unknown option, or a value `StudyConfig` refuses.
+        """
+        unknown = sorted(set(options) - set(DEFAULTS))
+        if unknown:
+            raise ConfigError(f"Unknown study options {unknown}. Known: {sorted(DEFAULTS)}")
+        quick = _checked(_checks.check_flag, options.get("quick") or False, "quick")
+        given = {key: value for key, value in options.items() if value is not None}
+        return cls(**{**(QUICK if quick else {}), **given, "quick": quick})
+
+    def to_dict(self, *, out=True):
+        """The configuration as a JSON-ready dict in field order (tuples as lists); without `out`
+        when `out=False` (what config.json and results.json store)."""
+        items = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if not out:
+            items.pop("out")
+        return {key: list(value) if isinstance(value, tuple) else value for key, value in items.items()}
+
+
+DEFAULTS = {
+    f.name: list(f.default) if isinstance(f.default, tuple) else f.default
+    for f in dataclasses.fields(StudyConfig)
+}
+
+
+def make_config(**options):
+    """The full, validated study configuration as a dict: `DEFAULTS`, then `QUICK` if `quick`, then `options`.
+
+    Args:
+        **options: any of `DEFAULTS`' keys (see `StudyConfig`); None means "the default". `quick`:
+            bool (2 members of 3 epochs, epsilons 0, 0.1, 0.3, at most 2,000/1,000 train/test samples;
+            explicit options still win).
+
+    Returns:
+        dict with every key of `DEFAULTS`, in that order; `epsilons` and `attacks` as lists.
+
+    Raises:
+        ConfigError: an unknown key or a value outside its range (also a TypeError for a wrong type).
+        DatasetError: a `dataset` that is neither "digits", "mnist" nor a ".npz" path.
+
+    Example:
+        >>> make_config(quick=True, epochs=1)["epsilons"]
+        [0.0, 0.1, 0.3]
+    """
+    return StudyConfig.from_options(**options).to_dict()

@@ -1,0 +1,138 @@
+"""The output folder of a study: checked before anything runs, matched against its config.json.
+
+    config.json     {"config", "backend", "data_sha256"}: a rerun resumes only if all three match
+    results.json    the state `run_study` returns, rewritten after each model and each curve
+    results.csv     the result rows: model, attack, eps, accuracy
+
+Every file is written atomically through `gradkit._io` (a temporary file, then `os.replace`).
+"""
+
+import csv
+import hashlib
+import os
+
+import numpy as np
+
+from gradkit import _io
+from gradkit.study._config import ConfigError
+
+_CSV_FIELDS = ("model", "attack", "eps", "accuracy")
+
+
+def fingerprint(data):
+    """Hex SHA-256 of a `Dataset`'s four arrays (dtype, shape and bytes): a changed data file shows."""
+    digest = hashlib.sha256()
+    for a in (data.x_train, data.y_train, data.x_test, data.y_test):
+        digest.update(f"{a.dtype}{a.shape}".encode())
+        digest.update(np.ascontiguousarray(a).tobytes())
+    return digest.hexdigest()
+
+
+def read(path):
+    """The JSON value in `path`, or None when there is no such file.
+
+    Raises:
+        ConfigError: the file exists but cannot be read or parsed.
+    """
+    try:
+        return _io.read_json(path)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{path!r} is unreadable ({err}): remove it or use another --out.") from err
+
+
+def _check_writable(out):
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ConfigError(f"`out` must be a directory. Received: out={out!r}, which is a file")
+    parent = os.path.abspath(out)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"`out` must be a writable directory. Received: out={out!r} ({parent!r} is not writable)"
+        )
+
+
+def check_out(out, config, backend):
+    """Raises ConfigError unless `out` can hold this study; reads only, writes nothing.
+
+    Args:
+        out: the output folder (str); it may not exist yet.
+        config: the configuration dict without `out` (`StudyConfig.to_dict(out=False)`).
+        backend: the Keras backend's name.
+    """
+    _check_writable(out)
+    meta = read(os.path.join(out, "config.json"))
+    if meta is None:
+        if os.path.isdir(out) and any(not f.startswith(".") for f in os.listdir(out)):
+            raise ConfigError(
+                f"`out` holds files but no config.json of a gradkit study: use a new or empty directory. "
+                f"Received: out={out!r}"
+            )
+        return
+    if meta.get("backend") != backend:
+        raise ConfigError(
+            f"{out!r} holds a study run with the Keras backend {meta.get('backend')!r}, not {backend!r}: "
+            "rerun with that KERAS_BACKEND to resume it, or use another --out."
+        )
+    old = meta.get("config") or {}
+    changed = [f"{k}: {old.get(k)!r} -> {config[k]!r}" for k in config if old.get(k) != config[k]]
+    if changed:
+        raise ConfigError(
+            f"{out!r} holds a study with another configuration ({'; '.join(changed)}). A rerun resumes "
+            "only with the same options: repeat them, or use another --out."
+        )
+
+
+def open_out(out, config, backend, data_sha256):
+    """Creates `out`, writes config.json on first use, and returns the saved state (or a fresh one).
+
+    Args:
+        out, config, backend: as for `check_out`.
+        data_sha256: the data's `fingerprint`.
+
+    Returns:
+        dict with "config", "backend", "dataset", "n_train", "n_test", "models", "results" and
+        "grad_norm", the last three as results.json saved them (empty on first use).
+
+    Raises:
+        ConfigError: `out` cannot be created or written, or it holds a study of other data.
+    """
+    path = os.path.join(out, "config.json")
+    try:
+        os.makedirs(out, exist_ok=True)
+        meta = read(path)
+        if meta is None:
+            _io.write_json({"config": config, "backend": backend, "data_sha256": data_sha256}, path)
+    except OSError as err:
+        raise ConfigError(f"`out` must be a writable directory. Received: out={out!r} ({err})") from err
+    if meta is not None and meta.get("data_sha256") != data_sha256:
+        raise ConfigError(
+            f"{out!r} holds a study of other data (the data set file changed): use another --out."
+        )
+    saved = read(os.path.join(out, "results.json")) or {}
+    return {
+        "config": config,
+        "backend": backend,
+        "dataset": config["dataset"],
+        "n_train": 0,
+        "n_test": 0,
+        "models": saved.get("models", {}),
+        "results": saved.get("results", []),
+        "grad_norm": saved.get("grad_norm", {}),
+    }
+
+
+def write_state(state, out):
+    """Writes `state` to `out`/results.json atomically."""
+    _io.write_json(state, os.path.join(out, "results.json"))
+
+
+def write_csv(rows, out):
+    """Writes the result rows to `out`/results.csv atomically (header model, attack, eps, accuracy)."""
+
+    def write(f):
+        writer = csv.DictWriter(f, fieldnames=_CSV_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+    _io.write_text(os.path.join(out, "results.csv"), write)
