@@ -29,7 +29,8 @@ PACKAGES = {
     "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "load"],
     "gradkit.evaluation": ["Evaluation", "check_curve", "evaluate", "robustness_curve"],
     "gradkit.study": [
-        "ConfigError", "DEFAULTS", "Dataset", "DatasetError", "MODELS", "QUICK", "QUICK_SUBSET", "StudyConfig",
+        "ConfigError", "DEFAULTS", "Dataset", "DatasetError", "MODELS", "QUICK", "QUICK_SUBSET",
+        "StudyConfig",
         "build_model", "format_table", "load_dataset", "load_digits", "load_mnist", "load_npz", "make_config",
         "run_study", "subsample",
     ],
