@@ -350,3 +350,16 @@ def test_attacks_on_a_booster_share_one_compiled_gradient():
     assert len(curve["accuracy"]) == 3
     fn = next(iter(vars(booster.as_ensemble())["_gradkit_cache"].values()))
     assert fn.trace_count == 1
+
+
+def test_one_hot_labels_are_class_ids_and_a_keras_file_points_to_keras_loader(tmp_path):
+    x = np.random.RandomState(0).rand(40, 2).astype("float32")
+    ids = (x[:, 0] > 0.5).astype(int)
+    from gradkit.boosting._data import check_data
+
+    _, got, classes, _ = check_data(x, np.eye(2)[ids], None)
+    np.testing.assert_array_equal(classes[got], ids)
+    with pytest.raises(ValueError, match="argmax"):
+        check_data(x, np.full((40, 2), 0.5), None)
+    with pytest.raises(ValueError, match="keras.saving.load_model"):
+        gradkit.load(tmp_path / "single.keras")

@@ -10,7 +10,8 @@ def check_data(x, y, sample_weight):
 
     Args:
         x: numeric array `(n, ...)`, n >= 1, without NaN or inf.
-        y: class labels `(n,)` (or `(n, 1)`) of any sortable type, at least two distinct.
+        y: class labels `(n,)` (or `(n, 1)`) of any sortable type, at least two distinct, or one-hot
+            rows `(n, C)` (read as class ids 0..C-1).
         sample_weight: `(n,)` finite weights >= 0, not all zero, or None for uniform weights.
 
     Returns:
@@ -27,11 +28,7 @@ def check_data(x, y, sample_weight):
         )
     if np.issubdtype(x.dtype, np.floating) and not np.all(np.isfinite(x)):
         raise ValueError("`x` contains NaN or inf.")
-    y = np.asarray(y)
-    if y.ndim == 2 and y.shape[1] == 1:
-        y = y[:, 0]
-    if y.shape != (x.shape[0],):
-        raise ValueError(f"`y` must be class labels of shape ({x.shape[0]},). Received: y.shape={y.shape}")
+    y = _labels(np.asarray(y), x.shape[0])
     classes, ids = np.unique(y, return_inverse=True)
     if len(classes) < 2:
         raise ValueError(f"`y` must hold at least two classes. Received: classes={classes.tolist()}")
@@ -39,6 +36,23 @@ def check_data(x, y, sample_weight):
     if w.shape != (x.shape[0],) or not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
         raise ValueError(f"`sample_weight` must be ({x.shape[0]},) finite, >= 0, not all zero.")
     return x, ids.astype(np.int64), classes, w / w.sum()
+
+
+def _labels(y, n):
+    """Labels `(n,)`: a column `(n, 1)` is flattened and one-hot rows `(n, C)` become class ids, as the
+    attacks accept them; anything else 2-D raises a ValueError that says how to convert it."""
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    elif y.ndim == 2 and y.shape[0] == n and np.issubdtype(y.dtype, np.number):
+        if np.all((y == 0) | (y == 1)) and np.all(y.sum(axis=1) == 1):
+            return y.argmax(axis=1)
+        raise ValueError(
+            f"`y` must be class labels of shape ({n},) or one-hot rows. Received: y.shape={y.shape} with "
+            "rows that are not one-hot (soft labels?): pass y.argmax(axis=1) for the most likely class."
+        )
+    if y.shape != (n,):
+        raise ValueError(f"`y` must be class labels of shape ({n},). Received: y.shape={y.shape}")
+    return y
 
 
 def fingerprint(x, ids, weights, classes):

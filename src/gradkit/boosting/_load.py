@@ -21,8 +21,14 @@ def load(path, *, safe_mode=True):
         `build_fn` is None (set it with `set_params(build_fn=...)` to fit more rounds).
 
     Raises:
-        ValueError: a missing, partial or corrupt directory (no or unreadable `boost.json`, a wrong
+        ValueError: a `.keras`/`.h5` file (load it with `keras.saving.load_model`), a missing, partial or
+            corrupt directory (no or unreadable `boost.json`, a wrong
             format version, missing members, a member whose SHA-256 does not match), or a member Keras
             refuses in safe mode. Nothing is returned half-loaded.
     """
+    if str(path).lower().endswith((".keras", ".h5")):
+        raise ValueError(
+            f"`path` must be a directory written by a boosting estimator's save(); {str(path)!r} is a single "
+            "Keras model file: load it with keras.saving.load_model(path)."
+        )
     return _checkpoint.load(path, CLASSES, safe_mode=safe_mode)
