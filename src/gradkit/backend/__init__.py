@@ -7,6 +7,8 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   arguments that gives `(loss, grads)`, the gradient taken w.r.t. `x` (`wrt="x"`) or w.r.t.
   `trainable` (`wrt="trainable"`). With `per_output=True`, `fn` returns a vector of K losses and the
   gradients have a leading axis of size K (one backward pass per entry, inside the same compiled call).
+- `quiet_retracing()`: a context manager that silences the framework's retracing warnings for gradkit's
+  own `predict` calls on new models (TensorFlow; a no-op elsewhere).
 - `compile_forward(fn)`: the same function compiled without a gradient (forward passes only).
 - `compile_grad(..., has_aux=True)`: `fn` returns `(loss, aux)`; the call returns `((loss, aux), grads)`.
 - `variable_values(variables, differentiable)`: the current values of Keras variables, passed as
@@ -53,6 +55,7 @@ NAME = _name
 EAGER = _impl.EAGER
 compile_grad = _impl.compile_grad
 compile_forward = _impl.compile_forward
+quiet_retracing = _impl.quiet_retracing
 variable_values = _impl.variable_values
 wrap_train_step = _impl.wrap_train_step
 batch_multiple = _impl.batch_multiple
@@ -74,6 +77,7 @@ __all__ = [
     "batch_multiple",
     "compile_forward",
     "compile_grad",
+    "quiet_retracing",
     "distribute_batch",
     "divide_norms",
     "group_norms",

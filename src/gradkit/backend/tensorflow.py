@@ -1,5 +1,6 @@
 """TensorFlow backend: one `tf.function` per loss, differentiated with `tf.GradientTape`."""
 
+import contextlib
 import logging
 
 import tensorflow as tf
@@ -31,6 +32,23 @@ class _OwnTracesFilter(logging.Filter):
 
 
 tf.get_logger().addFilter(_OwnTracesFilter())
+
+
+class _RetracingFilter(logging.Filter):
+    def filter(self, record):
+        return "tf.function retracing" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def quiet_retracing():
+    """Drops TensorFlow's retracing warnings inside the block: gradkit's own `predict` on each new model
+    (boosting members) traces Keras' predict function once per model, which is not a retrace."""
+    quiet = _RetracingFilter()
+    tf.get_logger().addFilter(quiet)
+    try:
+        yield
+    finally:
+        tf.get_logger().removeFilter(quiet)
 
 
 def variable_values(variables, differentiable=False):

@@ -13,6 +13,7 @@ from gradkit.backend._common import (  # noqa: F401
     batch_multiple,
     build_optimizer,
     distribute_batch,
+    quiet_retracing,
     test_step_without,
     values_before_step,
 )

@@ -31,7 +31,8 @@ def predict_batched(model, x, batch_size=256):
     the padding is dropped from the result. Returns numpy output(s) of `n` rows."""
     multiple = backend.batch_multiple()
     if multiple == 1:
-        return model.predict(x, batch_size=batch_size, verbose=0)
+        with backend.quiet_retracing():
+            return model.predict(x, batch_size=batch_size, verbose=0)
     n = len(tree.flatten(x)[0])
     pad = -n % multiple
 
@@ -40,7 +41,8 @@ def predict_batched(model, x, batch_size=256):
         return np.concatenate([a, np.repeat(a[:1], pad, axis=0)]) if pad else a
 
     batch = -(-batch_size // multiple) * multiple
-    out = model.predict(tree.map_structure(padded, x), batch_size=batch, verbose=0)
+    with backend.quiet_retracing():
+        out = model.predict(tree.map_structure(padded, x), batch_size=batch, verbose=0)
     return tree.map_structure(lambda o: np.asarray(o)[:n], out)
 
 
