@@ -16,6 +16,7 @@ RANKS = {
     "_checks": 0,
     "_io": 0,
     "_keras_internals": 0,
+    "_quiet": 0,
     "backend": 1,
     "plotting": 1,
     "gradients": 2,
