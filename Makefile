@@ -4,16 +4,32 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BACKENDS ?= tensorflow jax torch
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.demo-installed
 
 .PHONY: demo test test-fast bench lint format clean
 
+# The demo runs on TensorFlow alone: it installs gradkit and the CPU build of TensorFlow, nothing else.
+$(DEMO_STAMP): pyproject.toml constraints.txt
+	@echo "make demo: creating $(VENV) with gradkit and TensorFlow (CPU) only, about 1.5 GB; 1-3 minutes..."
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e . tensorflow-cpu
+	touch $(DEMO_STAMP)
+
+# Tests need all three backends and the peer libraries; torchattacks goes in without its dependencies
+# (they would replace the CPU build of torch with a CUDA one).
 $(STAMP): pyproject.toml constraints.txt
+	@echo "make test: installing TensorFlow, JAX, PyTorch (CPU), ART, foolbox, torchattacks, pytest and ruff"
+	@echo "into $(VENV), about 3 GB; several minutes on a first run..."
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e ".[jax,torch,test]" tensorflow-cpu
-	touch $(STAMP)
+	$(PY) -m pip install -q --no-deps -c constraints.txt torchattacks
+	touch $(STAMP) $(DEMO_STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
+	@b=$${KERAS_BACKEND:-tensorflow}; if [ "$$b" != tensorflow ] && ! $(PY) -c "import $$b" 2>/dev/null; then \
+	  echo "make demo: installing the $$b backend..."; $(PY) -m pip install -q -c constraints.txt -e ".[$$b]"; fi
 	KERAS_BACKEND=$${KERAS_BACKEND:-tensorflow} $(VENV)/bin/gradkit study --out runs/demo
 
 test: $(STAMP)
