@@ -65,3 +65,18 @@ def test_apgd_within_one_point_of_the_peer(cnn, loss):
     assert accuracy(model, x, y) - ours > 0.2  # the attack does something on this model
     print(f"{BACKEND} APGD-{loss}: gradkit {ours:.3f}, peer {theirs:.3f}")
     assert ours <= theirs + 0.01, (ours, theirs)
+
+
+@pytest.mark.slow
+def test_evaluate_is_never_above_the_worst_case_of_the_peers_and_pgd(cnn):
+    model, x, y = cnn
+    robust = np.ones(len(y), bool)
+    pgd10 = gradkit.pgd(model, x, y, eps=EPS, eps_step=0.025, steps=10, clip_values=(0, 1), seed=0)
+    for adv in (peer_apgd(model, x, y, "ce"), peer_apgd(model, x, y, "dlr"), pgd10):
+        robust &= model.predict(adv, verbose=0).argmax(axis=1) == y
+    result = gradkit.evaluate(model, x, y, eps=EPS, clip_values=(0, 1), n_queries=500, verbose=0)
+    print(
+        f"{BACKEND}: evaluate {result.robust_accuracy:.3f}, worst case of peers + PGD-10 {robust.mean():.3f}"
+    )
+    assert result.robust_accuracy <= robust.mean()
+    assert accuracy(model, result.x_adv, y) == result.robust_accuracy  # its examples show it
