@@ -103,14 +103,13 @@ class AttackGradient:
         return self._fn.trace_count + self._forward_fn.trace_count
 
     def _variables(self):
-        values = [
-            (
-                backend.variable_values(m.trainable_variables),
-                backend.variable_values(m.non_trainable_variables),
-            )
-            for m in self.ensemble.models
-        ]
-        return [v[0] for v in values], [v[1] for v in values]
+        """The members' current variable values (the variable lists are read once: walking a model's
+        layers for them costs more than a small forward pass on PyTorch)."""
+        if not hasattr(self, "_variable_lists"):
+            models = self.ensemble.models
+            self._variable_lists = [(m.trainable_variables, m.non_trainable_variables) for m in models]
+        trainables = [backend.variable_values(t) for t, _ in self._variable_lists]
+        return trainables, [backend.variable_values(n) for _, n in self._variable_lists]
 
     def _batches(self, x, labels, targets, alphas):
         """Yields `(rows, args)` per padded batch; without `batch_size`, rows are padded to the next power
