@@ -26,7 +26,7 @@ PACKAGES = {
         "NAMES", "AttackResult", "apgd", "bim", "decide", "fgsm", "gradient_for", "is_ensemble", "pgd",
         "predict_labels", "prepare", "run_attack", "square",
     ],
-    "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "load"],
+    "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "describe", "load"],
     "gradkit.evaluation": ["Evaluation", "check_curve", "evaluate", "robustness_curve"],
     "gradkit.study": [
         "ConfigError", "DEFAULTS", "Dataset", "DatasetError", "MODELS", "QUICK", "QUICK_SUBSET",

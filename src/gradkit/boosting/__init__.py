@@ -43,11 +43,13 @@ References:
 from gradkit.boosting._adaboost import AdaBoostM1
 from gradkit.boosting._adaboost import SAMME
 from gradkit.boosting._base import BaseBoosting
+from gradkit.boosting._describe import describe
 from gradkit.boosting._load import load
 
 __all__ = [
     "AdaBoostM1",
     "BaseBoosting",
     "SAMME",
+    "describe",
     "load",
 ]
