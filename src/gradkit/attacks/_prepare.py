@@ -19,20 +19,19 @@ def owner(model):
 def step_for(model, grad, *, loss, objective, targeted, output, batch_size, temperature=1.0):
     """The cached `AttackGradient` for a classifier objective, or None where only `grad` applies.
 
-    None when `loss` is a Keras loss other than cross-entropy (regression), or for an ensemble with
+    A Keras cross-entropy (the compiled one or `loss=`) is attacked as "ce" on the logits. None when the
+    loss is a Keras loss other than cross-entropy (regression), or for an ensemble with
     `normalize_gradients=True` (per-member normalization lives in `InputGradient`).
     """
-    if loss is None or isinstance(loss, str) and loss in OBJECTIVE_LOSSES:
-        name = loss or "ce"
-    else:
-        name = None
-    if name == "ce" and loss is None and grad.spec.kind not in ("sparse", "categorical", "binary"):
-        name = None
+    if isinstance(loss, str) and loss in OBJECTIVE_LOSSES:
+        name = loss
+    else:  # a Keras cross-entropy (compiled or given, any spelling) is attacked as "ce"
+        name = "ce" if grad.spec.is_classification else None
     if name is None or grad.ensemble.normalize_gradients:
         if objective != "loss_sum":
             raise ValueError(
-                f"`objective`={objective!r} needs a classification loss (ce, dlr or margin) and an "
-                "ensemble without normalize_gradients. Received: objective={objective!r}"
+                "`objective` other than 'loss_sum' needs a classification loss (ce, dlr or margin) and an "
+                f"ensemble without normalize_gradients. Received: objective={objective!r}"
             )
         return None
     options = dict(loss=name, combination=objective, targeted=targeted, output=output, batch_size=batch_size,
