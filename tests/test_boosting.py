@@ -363,3 +363,72 @@ def test_one_hot_labels_are_class_ids_and_a_keras_file_points_to_keras_loader(tm
         check_data(x, np.full((40, 2), 0.5), None)
     with pytest.raises(ValueError, match="keras.saving.load_model"):
         gradkit.load(tmp_path / "single.keras")
+
+
+class ProbabilityLearner:
+    """A scikit-learn-style learner whose `predict` returns probabilities `(n, 2)`, or P(class 1)."""
+
+    def __init__(self, flat=False):
+        self.flat, self.tree = flat, DecisionTreeClassifier(max_depth=1)
+
+    def fit(self, x, y, sample_weight=None):
+        self.tree.fit(x, y, sample_weight=sample_weight)
+        return self
+
+    def predict(self, x):
+        proba = self.tree.predict_proba(x) * 0.9 + 0.05
+        return proba[:, 1] if self.flat else proba
+
+
+@pytest.mark.parametrize("cls", [SAMME, AdaBoostM1])
+@pytest.mark.parametrize(
+    "flat,match", [(False, r"shape \(150,\) \(class probabilities"), (True, "not probab")]
+)
+def test_learner_predicting_probabilities_is_refused_naming_predict(cls, flat, match):
+    x, y = blobs(2, spread=1.0)
+    with pytest.raises(ValueError, match=f"`predict`.*{match}"):
+        cls(lambda: ProbabilityLearner(flat), n_estimators=3, verbose=0).fit(x, y)
+
+
+def sklearn_seeds(n, random_state=0):
+    """The seeds AdaBoostClassifier(random_state=0) gives its trees, one per round, in order."""
+    rng = np.random.RandomState(random_state)
+    return iter([rng.randint(np.iinfo(np.int32).max) for _ in range(n)])
+
+
+def test_samme_equals_scikit_learn_exactly_on_iris_with_seeded_stumps():
+    from sklearn.datasets import load_iris
+
+    x, y = load_iris(return_X_y=True)
+    seeds = sklearn_seeds(30)
+    ours = SAMME(
+        lambda: DecisionTreeClassifier(max_depth=1, random_state=next(seeds)),
+        n_estimators=30,
+        learning_rate=3.0,
+        verbose=0,
+    ).fit(x, y)
+    ref = AdaBoostClassifier(
+        DecisionTreeClassifier(max_depth=1), n_estimators=30, learning_rate=3.0, random_state=0
+    ).fit(x, y)
+    assert len(ours.estimators_) == len(ref.estimators_)
+    np.testing.assert_allclose(
+        ours.estimator_weights_, ref.estimator_weights_[: len(ref)], rtol=0, atol=1e-10
+    )
+    np.testing.assert_array_equal(ours.predict(x), ref.predict(x))
+    for a, b in zip(ours.estimators_, ref.estimators_, strict=True):  # the same splits, round by round
+        assert (a.tree_.feature[0], a.tree_.threshold[0]) == (b.tree_.feature[0], b.tree_.threshold[0])
+
+
+def test_samme_equals_scikit_learn_with_a_logistic_regression_learner():
+    from sklearn.datasets import load_iris
+    from sklearn.linear_model import LogisticRegression
+
+    x, y = load_iris(return_X_y=True)
+    x = (x - x.mean(axis=0)) / x.std(axis=0)
+    ours = SAMME(lambda: LogisticRegression(C=0.05), n_estimators=10, verbose=0).fit(x, y)
+    ref = AdaBoostClassifier(LogisticRegression(C=0.05), n_estimators=10, random_state=0).fit(x, y)
+    assert len(ours.estimators_) == len(ref.estimators_)
+    np.testing.assert_allclose(
+        ours.estimator_weights_, ref.estimator_weights_[: len(ref)], rtol=0, atol=1e-10
+    )
+    np.testing.assert_array_equal(ours.predict(x), ref.predict(x))

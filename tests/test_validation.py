@@ -64,11 +64,13 @@ def test_float64_input_is_cast_and_traced_once(model):
     assert fn.trace_count == 1
 
 
-def test_multi_label_binary_targets_rejected():
+def test_multi_label_binary_targets_rejected_by_input_gradients():
+    # weight gradients take multi-label targets as fit does (issue 19, tests/test_keras_spellings.py);
+    # input gradients and attacks are for single-label classifiers and say so
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="sigmoid")])
     model.compile(loss="binary_crossentropy")
     with pytest.raises(ValueError, match="multi-label"):
-        gradkit.weight_gradients(model, X, np.zeros((3, 2)))
+        gradkit.input_gradient(model, X, np.zeros((3, 2)))
 
 
 def test_non_default_reduction_rejected(model):

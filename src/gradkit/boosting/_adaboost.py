@@ -21,7 +21,13 @@ Args:
     build_fn: callable with no arguments returning a fresh learner each round: a compiled
         keras.Model with K output units (or 1 sigmoid unit when K = 2), or any object with
         `fit(x, y, sample_weight=...)` and `predict(x)` (e.g. a scikit-learn decision stump), which
-        gets class ids 0..K-1. It is called once at the start of `fit` and checked before training.
+        gets class ids 0..K-1 and must predict labels `(n,)` (checked every round: probabilities or
+        scores raise a ValueError naming `predict`). It is called once at the start of `fit` and
+        checked before training. Sample weights: a scikit-learn estimator (`sklearn.base.BaseEstimator`)
+        gets the boosting weights exactly as `AdaBoostClassifier` hands them (normalized to sum 1,
+        clipped below at machine epsilon), so SAMME reproduces scikit-learn's fit; Keras models and
+        other learners get the same weights rescaled to mean 1, so a Keras loss (and the optimizer's
+        step size) keeps the scale it has without weights.
     n_estimators: maximum number of rounds, >= 1. Defaults to 10.{extra_args}
     fit_kwargs: dict passed to each learner's `fit` (e.g. `{{"epochs": 5, "batch_size": 32}}`;
         Keras learners default to `verbose=0`). Defaults to None.

@@ -79,6 +79,7 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
         fingerprint = _data.fingerprint(x, ids, w0, classes)
         if not (resume and _checkpoint.resume(self, fingerprint)):
             self.estimators_, self.estimator_weights_, self.estimator_errors_ = [], np.zeros(0), np.zeros(0)
+            self.stop_reason_ = None  # why boosting stopped before n_estimators rounds, if it did
             self.classes_, self.n_classes_ = classes, len(classes)
             self._sample_weight, self._finished, self._fingerprint = w0.copy(), False, fingerprint
             self._checkpoint_files = None
@@ -110,8 +111,10 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
             raise ValueError("`build_fn` must return a new learner on every call, not the same object.")
         w = np.clip(self._sample_weight, np.finfo(np.float64).eps, None)
         w[zero] = 0.0  # zero initial weights stay zero, the others are clipped as in scikit-learn
-        self._train(t, learner, x, ids, w)
-        incorrect = _learners.predict_ids(learner, x) != ids
+        x_adv = self._train(t, learner, x, ids, w)
+        incorrect = _learners.predict_ids(learner, x, self.n_classes_) != ids
+        if x_adv is not None:  # adversarial: wrong on the clean point or on its adversarial copy
+            incorrect |= _learners.predict_ids(learner, x_adv, self.n_classes_) != ids
         error, limit = float(np.average(incorrect, weights=w)), self._max_error(self.n_classes_)
         if error >= limit:
             if t == 0:
@@ -121,6 +124,7 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
                 )
             self._log(t, f"error: {error:.4f} >= {limit:.4f}, learner discarded, boosting stopped", tic)
             self._finished = True
+            self.stop_reason_ = f"round {t + 1} worse than random (weighted error {error:.4f} >= {limit:.4f})"
         else:
             alpha = 1.0 if error <= 0 else self._alpha(error, self.n_classes_)
             self._keep(t, learner, error, alpha, w, incorrect)
@@ -137,14 +141,22 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
         self.estimator_weights_ = np.append(self.estimator_weights_, alpha)
         self.estimator_errors_ = np.append(self.estimator_errors_, max(error, 0.0))
         self._finished = error <= 0 or not np.isfinite(new_w.sum())
+        self.stop_reason_ = f"round {t + 1} perfect (weighted error 0)" if error <= 0 else None
         if not np.isfinite(new_w.sum()):
+            self.stop_reason_ = f"sample weights overflowed at round {t + 1}"
             warnings.warn(f"Sample weights overflowed at round {t + 1}; boosting stopped.", stacklevel=4)
         else:
             self._sample_weight = new_w / new_w.sum()
 
     def _train(self, t, learner, x, ids, w):
-        sw = w * (len(w) / w.sum())  # mean 1: the learner's loss keeps its usual scale
+        """Fits `learner` on the boosting weights `w` (sum 1): a scikit-learn estimator gets them as they
+        are, exactly as `AdaBoostClassifier` hands them; other learners get them rescaled to mean 1.
+        Returns the round's adversarial examples (`adversarial` set), else None."""
         kwargs = dict(self.fit_kwargs or {})
+        if _learners.is_sklearn(learner):
+            learner.fit(x, ids, sample_weight=w, **kwargs)
+            return
+        sw = w * (len(w) / w.sum())  # mean 1: the learner's loss (the optimizer's step) keeps its scale
         if not _learners.is_keras(learner):
             learner.fit(x, ids, sample_weight=sw, **kwargs)
             return
@@ -156,8 +168,10 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
                 target = learner
             else:
                 target = WeightedEnsemble(self.estimators_, self.estimator_weights_)
-            x = np.concatenate([x, _learners.attack(target, x, ids, self.adversarial)])
-            targets, sw = np.concatenate([targets, targets]), np.concatenate([sw, sw])
+            x_adv = _learners.attack(target, x, ids, self.adversarial)
+            learner.fit(np.concatenate([x, x_adv]), np.concatenate([targets, targets]),
+                        sample_weight=np.concatenate([sw, sw]), **kwargs)  # fmt: skip
+            return x_adv  # the round's error is measured on the examples it trained against
         learner.fit(x, targets, sample_weight=sw, **kwargs)
 
     def _log(self, t, line, tic, end=""):
@@ -172,7 +186,7 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         if all(_learners.is_keras(m) for m in self.estimators_):  # the input shape checked before predicting
             x, _ = check_x(self.estimators_[0], x, require_float=False)
-        return [_learners.predict_ids(m, x) for m in self.estimators_]
+        return [_learners.predict_ids(m, x, self.n_classes_) for m in self.estimators_]
 
     def decision_function(self, x):
         """Weighted SAMME votes: float64 `(n, K)`, or `(n,)` for K = 2 (> 0 means `classes_[1]`).

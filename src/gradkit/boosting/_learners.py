@@ -1,13 +1,15 @@
 """The weak learners of boosting: what they must be, their predicted ids, their targets, their attacks.
 
 A learner is a compiled Keras classifier with one output (K units, or 1 sigmoid unit when K = 2), or
-any object with `fit(x, y, sample_weight=...)` and `predict(x)` returning class ids 0..K-1.
+any object with `fit(x, y, sample_weight=...)` and `predict(x)` returning class ids 0..K-1 (checked on
+every call: labels `(n,)` among its `classes_`, not probabilities).
 """
 
 import inspect
 
 import keras
 import numpy as np
+from sklearn.base import BaseEstimator
 
 from gradkit.attacks import fgsm, pgd
 from gradkit.gradients import predict_batched, resolve_loss
@@ -70,16 +72,58 @@ def check_learner(learner, x, n_classes, adversarial, checkpoint_dir):
         raise TypeError("`checkpoint_dir` needs Keras learners (members are saved as .keras files).")
 
 
-def predict_ids(learner, x):
-    """Class ids `(n,)` int64 predicted by one learner (1 sigmoid unit: 0/1 at p = 0.5 or logit 0)."""
+def is_sklearn(learner):
+    """True for a scikit-learn estimator: it gets the boosting weights exactly as scikit-learn hands them."""
+    return isinstance(learner, BaseEstimator)
+
+
+def predict_ids(learner, x, n_classes=None):
+    """Class ids `(n,)` int64 predicted by one learner (1 sigmoid unit: 0/1 at p = 0.5 or logit 0).
+
+    Raises:
+        ValueError: a learner that is not a Keras model returns from `predict` something other than
+            labels `(n,)` among its `classes_` (or the ids 0..K-1 when it has none).
+    """
     if not is_keras(learner):
-        return np.asarray(learner.predict(x)).reshape(-1).astype(np.int64)
+        return check_predictions(learner, learner.predict(x), len(x), n_classes)
     out = np.asarray(predict_batched(learner, x, PREDICT_BATCH))
     out = out.reshape(out.shape[0], -1)
     if out.shape[1] == 1:
         threshold = 0.0 if resolve_loss(None, learner).from_logits else 0.5
         return (out[:, 0] > threshold).astype(np.int64)
     return out.argmax(axis=1).astype(np.int64)
+
+
+def check_predictions(learner, predicted, n, n_classes=None):
+    """`predicted` as int64 ids `(n,)` when it holds labels `(n,)` (or `(n, 1)`): non-negative integers,
+    below `n_classes` when given, among the learner's `classes_` when it has them.
+
+    Raises:
+        ValueError: anything else (probabilities `(n, K)`, scores, P(class 1) as floats), naming `predict`.
+    """
+    arr = np.asarray(predicted)
+    name = type(learner).__name__
+    if arr.shape not in ((n,), (n, 1)):
+        hint = " (class probabilities? return the labels, e.g. their argmax)" if arr.ndim == 2 else ""
+        raise ValueError(
+            f"The learner's `predict` must return class labels of shape ({n},){hint}. "
+            f"Received: {name}.predict(x).shape={arr.shape}"
+        )
+    arr = arr.reshape(n)
+    valid = np.zeros(n, bool)
+    if np.issubdtype(arr.dtype, np.number) or arr.dtype == bool:
+        valid = (arr == np.round(arr)) & (arr >= 0) & (arr < (n_classes or np.inf))
+    classes = getattr(learner, "classes_", None)
+    if classes is not None:
+        valid &= np.isin(arr, np.asarray(classes))
+    if not np.all(valid):
+        allowed = f"its classes_ {np.asarray(classes).tolist()}" if classes is not None else "class ids"
+        raise ValueError(
+            f"The learner's `predict` must return class labels, values of {allowed} (boosting fits it on "
+            f"the class ids 0..K-1), not probabilities or scores. Received: {name}.predict(x) holds "
+            f"{arr[np.flatnonzero(~valid)[0]]!r}"
+        )
+    return arr.astype(np.int64)
 
 
 def keras_targets(learner, ids, n_classes, x):

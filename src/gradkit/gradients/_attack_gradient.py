@@ -16,7 +16,7 @@ from gradkit.gradients import _objectives
 from gradkit.gradients._batches import batches, take
 from gradkit.gradients._cache import compiled
 from gradkit.gradients._ensemble import as_ensemble, weighted_vote
-from gradkit.gradients._logits import activation_name, logits_model, output_layer
+from gradkit.gradients._logits import activation_name, is_opaque, logits_model, output_layer
 from gradkit.gradients._losses import resolve_loss
 from gradkit.gradients._model_io import output_index, select_output, training_kwargs
 
@@ -33,7 +33,7 @@ def member_forward(member, index):
     layer = output_layer(member, index)
     if layer is not None and activation_name(layer) in ("softmax", "sigmoid"):
         return logits_model(member, index)
-    if layer is None:  # subclassed: only the compiled loss can tell
+    if layer is None or is_opaque(layer):  # subclassed, Lambda, custom layer: only the compiled loss can tell
         return member, not (spec is not None and spec.is_classification)
     return member, True
 

@@ -14,8 +14,8 @@ from gradkit.gradients._batches import batches, rows, take
 from gradkit.gradients._cache import cached, compiled
 from gradkit.gradients._ensemble import as_ensemble
 from gradkit.gradients._labels import check_labels, check_sample_weight
-from gradkit.gradients._logits import activation_name, logits_model, output_layer
-from gradkit.gradients._losses import attack_per_sample, resolve_loss
+from gradkit.gradients._logits import classifier_forward
+from gradkit.gradients._losses import attack_per_sample, loss_scale, resolve_loss, unscaled
 from gradkit.gradients._model_io import check_x, n_outputs, output_index, select_output, training_kwargs
 
 
@@ -32,11 +32,14 @@ class InputGradient:
         model: a built Keras model (Sequential, Functional or subclassed) or a `WeightedEnsemble`.
         loss: None (default: each model's compiled loss), a loss name, a `keras.losses.Loss` or a
             callable `fn(y_true, y_pred) -> per-sample loss`. Cross-entropy on a softmax (sigmoid)
-            output is computed from the logits before it (see `gradkit.losses`) when the model is
-            Sequential or Functional (nested ones included) and its output layer applies the
-            activation. For a subclassed model the probabilities are used as Keras' loss uses them:
-            on JAX and PyTorch, samples with a saturated softmax then get zero gradients
-            (TensorFlow's Keras recovers the logits itself). For cross-entropy
+            output is computed from the logits before it when the model is Sequential or
+            Functional (nested ones included) and its graph applies the activation last, however
+            written (a layer's `activation`, `Activation`, `keras.layers.Softmax`, `keras.ops.softmax`;
+            see `gradkit.gradients._logits`). Otherwise (a `Lambda` of other code, a subclassed
+            model) the probabilities are used as Keras' loss uses them, with a warning (once per
+            model) and `from_probabilities` set: on JAX and PyTorch, samples with a saturated
+            softmax then get zero gradients. Binary cross-entropy on a k-unit output (multi-label)
+            is refused: input gradients need one true class per sample. For cross-entropy
             losses this is the plain cross-entropy of the hard labels, the loss attacks maximize
             (as in ART and foolbox): a compiled `label_smoothing` or `ignore_class` is not applied
             (weight gradients, which reproduce `fit`, do apply them).
@@ -60,7 +63,13 @@ class InputGradient:
         sample_weight: optional non-negative float `(n,)`. Defaults to ones.
 
     Returns:
-        float32 numpy array(s) shaped like `x`, in the same structure.
+        float32 numpy array(s) shaped like `x`, in the same structure. Under a float16 policy the
+        loss is scaled as `fit` scales it (see `WeightGradient`) and the gradient unscaled.
+
+    Attributes:
+        from_probabilities: list of bool, one per member: True where the logits could not be
+            recovered and the gradient goes through the probabilities.
+        loss_scale: float, the loss scale used (1.0 unless a member computes in float16).
 
     Raises:
         TypeError: integer inputs (no input gradient exists), symbolic tensors, a bad `model`.
@@ -91,6 +100,8 @@ class InputGradient:
         if len(kinds) > 1:
             raise ValueError(f"All ensemble members must use the same kind of loss. Received: {kinds}")
         self.spec = self.specs[0]
+        self.from_probabilities = [not is_logits for _, is_logits in self._forward]
+        self.loss_scale = loss_scale(self.ensemble.models)
         self._kwargs = training_kwargs(first, self.training)
         self._fn = compiled(
             self.ensemble.models, "input", self._compile,
@@ -101,12 +112,12 @@ class InputGradient:
         return backend.compile_grad(self._loss, "x", per_output=self._stacked)
 
     def _forward_model(self, member, spec):
-        if spec.is_classification and not spec.from_logits:
-            activation = "sigmoid" if spec.kind == "binary" else "softmax"
-            layer = output_layer(member, self.output_index)
-            if layer is not None and activation_name(layer) == activation:
-                return logits_model(member, self.output_index)
-        return member, spec.from_logits
+        if not spec.is_classification or spec.from_logits:
+            return member, spec.from_logits
+        if spec.kind == "binary" and self.n_classes > 1:  # multi-label: refused by `check`
+            return member, False
+        activation = "sigmoid" if spec.kind == "binary" else "softmax"
+        return classifier_forward(member, self.output_index, activation)
 
     def _loss(self, trainables, non_trainables, x, y, sample_weight):
         terms = []
@@ -114,7 +125,7 @@ class InputGradient:
             out, _ = model.stateless_call(trainables[k], non_trainables[k], x, **self._kwargs)
             out = select_output(out, self.output_index)
             per_sample = attack_per_sample(self.specs[k], y, out, is_logits)
-            terms.append(keras.ops.sum(per_sample * sample_weight["rows"]))
+            terms.append(keras.ops.sum(per_sample * sample_weight["rows"]) * sample_weight["scale"])
         if self._stacked:
             return keras.ops.stack(terms)
         return sum(sample_weight["alpha"][k] * t for k, t in enumerate(terms))
@@ -161,13 +172,18 @@ class InputGradient:
                     take(weights, start, stop, pad, True),
                 )
             )
-            _, grads = self._fn(trainables, non_trainables, xb, yb, {"rows": wb, "alpha": alpha})
-            parts.append(tree.map_structure(keras.ops.convert_to_numpy, grads))
+            args = (trainables, non_trainables, xb, yb, {"rows": wb, "alpha": alpha})
+            parts.append(unscaled(lambda scale, a=args: self._grads(*a, scale), self.loss_scale))
             parts[-1] = tree.map_structure(lambda g, r=stop - start: rows(g, r, self._stacked), parts[-1])
         grads = tree.map_structure(lambda *p: np.concatenate(p, axis=int(self._stacked)), *parts)
         if self._stacked:
             grads = _normalize_and_weight(grads, self.ensemble.weights)
         return tree.map_structure(lambda g: g.astype(np.float32, copy=False), grads)
+
+    def _grads(self, trainables, non_trainables, x, y, weights, scale):
+        weights = dict(weights, scale=keras.ops.convert_to_tensor(scale, "float32"))
+        _, grads = self._fn(trainables, non_trainables, x, y, weights)
+        return tree.map_structure(keras.ops.convert_to_numpy, grads)
 
     @property
     def _stacked(self):

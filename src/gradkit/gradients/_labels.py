@@ -3,16 +3,24 @@
 import numpy as np
 
 
-def check_labels(y, n, n_classes, spec, name="y"):
+def check_labels(y, n, n_classes, spec, name="y", *, fit_targets=False):
     """Validates labels for `spec` and returns them in canonical form.
 
     Classification losses take class ids `(n,)` (or `(n, 1)`) or one-hot rows `(n, n_classes)`; both
     are returned as int32 ids of shape `(n,)`. Soft probability vectors are rejected: the cross-entropy
-    of a distribution with itself has a zero gradient, so an attack would silently do nothing. Other
-    losses get a float32 array, unchanged in shape.
+    of a distribution with itself has a zero gradient, so an attack would silently do nothing. Binary
+    cross-entropy takes one 0/1 label per sample on a one-unit output; on a k-unit output (multi-label
+    targets, or softmax units compiled with binary cross-entropy) it is refused, since input gradients
+    and attacks need one true class per sample. Other losses get a float32 array, unchanged in shape.
+
+    With `fit_targets=True` (weight gradients, which take what `fit` takes), binary cross-entropy
+    targets are any finite floats of the output's shape `(n, k)` (multi-label and soft targets; `(n,)`
+    for one unit), returned as float32 `(n, k)`, and categorical cross-entropy also takes soft rows
+    `(n, n_classes)`, returned unchanged as float32.
 
     Raises:
-        ValueError: wrong length, soft or out-of-range labels, NaN or inf.
+        ValueError: wrong length, soft or out-of-range labels, multi-label targets for input
+            gradients, NaN or inf.
         TypeError: `y` is not array-like.
     """
     arr = np.asarray(y)
@@ -25,23 +33,48 @@ def check_labels(y, n, n_classes, spec, name="y"):
     if not spec.is_classification:
         return arr.astype(np.float32)
     if spec.kind == "binary":
-        if arr.reshape(n, -1).shape[1] != 1:
-            raise ValueError(
-                f"Binary cross-entropy labels `{name}` must be one 0/1 label per sample, shape (n,) or "
-                f"(n, 1); multi-label targets are not supported. Received: {name}.shape={arr.shape}"
-            )
-        if not np.all((arr == 0) | (arr == 1)):
-            raise ValueError(f"Binary labels `{name}` must be 0 or 1.")
-        return arr.reshape(n, -1).astype(np.int32)[:, 0]
+        return _fit_binary(arr, n, n_classes, name) if fit_targets else _binary_ids(arr, n, n_classes, name)
     if arr.ndim == 2 and arr.shape[1] == n_classes and n_classes > 1:
         ones = arr == 1
-        if not (np.all(ones | (arr == 0)) and np.all(ones.sum(axis=1) == 1)):
-            raise ValueError(
-                f"`{name}` looks like soft probability vectors: labels must be class ids of shape "
-                f"(n,) or one-hot rows of shape (n, {n_classes}). The cross-entropy of a "
-                "distribution with itself has zero gradient, so attacks would do nothing."
-            )
-        return arr.argmax(axis=1).astype(np.int32)
+        if np.all(ones | (arr == 0)) and np.all(ones.sum(axis=1) == 1):
+            return arr.argmax(axis=1).astype(np.int32)
+        if fit_targets and spec.kind == "categorical":
+            return arr.astype(np.float32)
+        raise ValueError(
+            f"`{name}` looks like soft probability vectors: labels must be class ids of shape "
+            f"(n,) or one-hot rows of shape (n, {n_classes}). The cross-entropy of a "
+            "distribution with itself has zero gradient, so attacks would do nothing."
+        )
+    return _class_ids(arr, n, n_classes, name)
+
+
+def _fit_binary(arr, n, units, name):
+    flat = arr.reshape(n, -1)
+    if flat.shape[1] != 1 and units and flat.shape[1] != units:
+        raise ValueError(
+            f"Binary cross-entropy targets `{name}` must have the output's shape (n, {units}) (or (n,) for "
+            f"one unit). Received: {name}.shape={arr.shape}"
+        )
+    return flat.astype(np.float32)
+
+
+def _binary_ids(arr, n, units, name):
+    if units > 1 or arr.reshape(n, -1).shape[1] != 1:
+        raise ValueError(
+            "Input gradients and attacks support single-label classifiers (class ids with sparse or "
+            "categorical cross-entropy, one 0/1 label per sample with binary cross-entropy on one "
+            "sigmoid unit) and regression losses; binary cross-entropy on a k-unit output (multi-label "
+            f"targets) is not supported. Received: {name}.shape={arr.shape} for an output of "
+            f"{units or 'unknown'} units. For softmax units compiled with binary_crossentropy, pass "
+            "loss='categorical_crossentropy'; weight gradients (weight_gradients, gradient_norm) "
+            "take multi-label targets."
+        )
+    if not np.all((arr == 0) | (arr == 1)):
+        raise ValueError(f"Binary labels `{name}` must be 0 or 1.")
+    return arr.reshape(n, -1).astype(np.int32)[:, 0]
+
+
+def _class_ids(arr, n, n_classes, name):
     flat = arr.reshape(n, -1)
     if flat.shape[1] != 1:
         raise ValueError(

@@ -1,26 +1,63 @@
-"""Logits recovered from models whose output layer applies a softmax or sigmoid.
+"""Logits recovered from models whose output applies a softmax or sigmoid, wherever the graph shows it.
 
 A saturated float32 softmax gives exactly zero cross-entropy gradients on JAX and PyTorch (TensorFlow's
-Keras recovers the logits itself), so gradkit differentiates the cross-entropy of the logits: it clones the
-model with its final activation removed; the clone shares the variable layout, so the original's values
-drive it through `stateless_call`.
+Keras recovers the logits itself), so gradkit differentiates the cross-entropy of the logits. The final
+softmax (sigmoid) is found however it is written: a layer's `activation` (`Dense(3, activation="softmax")`),
+`Activation("softmax")`, `Activation(keras.activations.softmax)`, `keras.layers.Softmax()`, a `Lambda`
+wrapping `keras.activations.softmax` or `keras.ops.softmax`, `keras.ops.softmax` applied to a Functional
+model's tensor, each also inside a nested Sequential or Functional model. The model is rebuilt with that
+operation removed (every other layer shared, so the variables keep their order) and the original's values
+drive the rebuilt model through `stateless_call`. Where it cannot be found (a `Lambda` of other code, a
+custom layer, a subclassed model), `warn_probabilities` says that the gradient goes through the
+probabilities.
 """
+
+import warnings
 
 import keras
 
 from gradkit import _keras_internals
 
+_FUNCTIONS = (
+    (keras.activations.softmax, "softmax"),
+    (keras.ops.softmax, "softmax"),
+    (keras.activations.sigmoid, "sigmoid"),
+    (keras.ops.sigmoid, "sigmoid"),
+)
+_OPS = {"Softmax": "softmax", "Sigmoid": "sigmoid"}  # keras.ops nodes of a Functional graph
+_WARNED = "_gradkit_warned_probabilities"
+
+
+def _function_name(fn):
+    known = next((name for f, name in _FUNCTIONS if fn is f), None)
+    return known or getattr(fn, "__name__", None)
+
+
+def _activation_only(layer):
+    """True for an operation that only applies an activation (no weights): it is bypassed, not rebuilt."""
+    if isinstance(layer, (keras.layers.Softmax, keras.layers.Activation, keras.layers.Lambda)):
+        return True
+    return not isinstance(layer, keras.layers.Layer) and type(layer).__name__ in _OPS
+
 
 def activation_name(layer):
+    """The name of the activation an output operation applies last ("softmax", "sigmoid", ...), or None.
+
+    Reads `keras.layers.Softmax`, a `Lambda` wrapping a known function, a `keras.ops` node of a
+    Functional graph, and the `activation` of any layer that has one (`Dense`, `Conv2D`, `Activation`).
+    """
     if isinstance(layer, keras.layers.Softmax):
         return "softmax"
-    activation = getattr(layer, "activation", None)
-    return getattr(activation, "__name__", None)
+    if isinstance(layer, keras.layers.Lambda):
+        return _function_name(layer.function)
+    if layer is not None and not isinstance(layer, keras.layers.Layer):
+        return _OPS.get(type(layer).__name__)
+    return _function_name(getattr(layer, "activation", None))
 
 
 def output_layer(model, index=0):
-    """The layer that produces output `index` of a Sequential or Functional model, else None; a
-    nested Sequential or Functional model there is looked into (its single output)."""
+    """The layer (or `keras.ops` operation) that produces output `index` of a Sequential or Functional
+    model, else None; a nested Sequential or Functional model there is looked into (its single output)."""
     outputs = getattr(model, "outputs", None)
     if isinstance(model, keras.Sequential):
         layer = model.layers[-1] if model.layers else None
@@ -33,12 +70,22 @@ def output_layer(model, index=0):
     return layer
 
 
-def logits_model(model, index=0):
-    """A clone of `model` whose output `index` stops before its final softmax (or sigmoid).
+class _PassThrough(keras.layers.Layer):
+    """Returns its first input unchanged, whatever else the replaced operation was called with."""
 
-    The clone has the same variables in the same order, so `clone.stateless_call(values of model)`
-    gives the logits of `model`. Returns `(clone, True)`, or `(model, False)` when the output is not
-    a softmax/sigmoid or the model cannot be cloned (subclassed models).
+    def call(self, inputs, *args, **kwargs):
+        return inputs
+
+    def compute_output_shape(self, input_shape, *args, **kwargs):
+        return input_shape
+
+
+def logits_model(model, index=0):
+    """A rebuilt `model` whose output `index` stops before its final softmax (or sigmoid).
+
+    Every other layer is shared with `model`, so `rebuilt.stateless_call(values of model)` gives the
+    logits of `model`. Returns `(rebuilt, True)`, or `(model, False)` when the output is not a
+    softmax/sigmoid or the model cannot be rebuilt (subclassed models, layers Keras cannot re-run).
     """
     target = output_layer(model, index)
     if target is None or activation_name(target) not in ("softmax", "sigmoid"):
@@ -46,16 +93,17 @@ def logits_model(model, index=0):
 
     def clone_layer(layer):
         if layer is not target:
-            return layer.__class__.from_config(layer.get_config())
-        if isinstance(layer, (keras.layers.Softmax, keras.layers.Activation)):
-            return keras.layers.Identity(name=layer.name)
+            return layer  # shared: same variables, same order
+        if _activation_only(layer):
+            return _PassThrough(name=f"{layer.name}_logits")
         config = layer.get_config()
         config["activation"] = "linear"
         return layer.__class__.from_config(config)
 
-    try:
-        clone = keras.models.clone_model(model, clone_function=clone_layer, recursive=True)
-    except Exception:  # noqa: BLE001 - any clone failure falls back to the probabilities
+    try:  # an uncompiled view first: clone_model recompiles a compiled model and fails on loss classes
+        view = keras.Model(model.inputs, model.outputs, name=model.name)
+        clone = keras.models.clone_model(view, clone_function=clone_layer, recursive=True)
+    except Exception:  # noqa: BLE001 - any rebuild failure falls back to the probabilities
         return model, False
     same = all(
         len(a) == len(b) and all(tuple(u.shape) == tuple(v.shape) for u, v in zip(a, b))
@@ -65,3 +113,48 @@ def logits_model(model, index=0):
         )
     )
     return (clone, True) if same else (model, False)
+
+
+def classifier_forward(model, index, activation):
+    """`(model to run, outputs are logits)` for a cross-entropy on probabilities from `activation`.
+
+    The logits model when the output's final `activation` can be removed. Otherwise the model itself
+    (its outputs), after `warn_probabilities` when the output comes from code gradkit cannot read (a
+    subclassed model, a `Lambda`, a custom layer) or its softmax could not be removed; a Keras layer
+    that applies no such activation (a linear `Dense`) is taken as it is, silently.
+    """
+    layer = output_layer(model, index)
+    found = layer is not None and activation_name(layer) == activation
+    if found:
+        clone, ok = logits_model(model, index)
+        if ok:
+            return clone, True
+    if found or is_opaque(layer):
+        warn_probabilities(model, index, layer, activation)
+    return model, False
+
+
+def is_opaque(layer):
+    """True where gradkit cannot read what the output operation computes (subclassed, Lambda, custom)."""
+    if layer is None or isinstance(layer, keras.layers.Lambda):
+        return True
+    return not type(layer).__module__.startswith("keras.")
+
+
+def warn_probabilities(model, index, layer, activation):
+    """Warns once per model and output that input gradients go through probabilities (may vanish)."""
+    warned = vars(model).setdefault(_WARNED, set())  # not through Keras' attribute tracking
+    if index in warned:
+        return
+    warned.add(index)
+    name = getattr(layer, "name", "")
+    where = "a subclassed model" if layer is None else f"{type(layer).__name__} {name!r}"
+    warnings.warn(
+        f"gradkit cannot recover the logits of model {model.name!r} (output {index} comes from {where}, "
+        f"where it finds no {activation} it can remove): input gradients are taken through the "
+        "probabilities and may vanish (exactly zero) where they saturate in float32, which makes a "
+        f"model look robust. Write the {activation} as Dense(..., activation={activation!r}), "
+        f"Activation({activation!r}) or keras.layers.Softmax(), or output logits and compile the loss "
+        "with from_logits=True.",
+        stacklevel=3,
+    )

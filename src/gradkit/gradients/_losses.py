@@ -4,34 +4,55 @@ Two uses, two rules:
 
 - Weight gradients (`weight_gradients`, `gradient_norm`) use the loss exactly as `fit` does: the Keras
   loss function on the model's outputs, reduced the Keras way (sum of sample-weighted per-sample losses
-  divided by the batch size), plus the model's regularization losses.
+  divided by the batch size, or by the sum of the weights for `reduction="mean_with_sample_weight"`),
+  plus the model's regularization losses.
 - Input gradients (`InputGradient`, the attacks) use the per-sample loss summed over the batch, so a
   sample's gradient does not depend on the batch it came in. For cross-entropy on a model that ends in
   a softmax, the loss is computed from the logits before the softmax: a saturated float32 softmax
   otherwise gives exactly zero gradients on JAX and PyTorch (TensorFlow recovers the logits itself).
+
+A loss is recognised by what `keras.losses.get` resolves it to, never by its spelling:
+`"CategoricalCrossentropy"`, `"categorical_crossentropy"`, the class, an instance and the function are the
+same loss. Under a float16 policy the loss is multiplied by the loss scale before differentiating and the
+gradient divided by it, as `fit`'s `LossScaleOptimizer` does, so small gradients do not underflow in
+float16 (`loss_scale`).
+
+References:
+    Micikevicius et al. (2018), "Mixed precision training", ICLR, https://arxiv.org/abs/1710.03740
+    (loss scaling).
 """
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import keras
+import numpy as np
+from keras import tree
 
-_CLASSIFICATION = {
-    "sparse_categorical_crossentropy": "sparse",
-    "categorical_crossentropy": "categorical",
-    "binary_crossentropy": "binary",
-}
+_KINDS = (
+    (keras.losses.sparse_categorical_crossentropy, "sparse"),
+    (keras.ops.sparse_categorical_crossentropy, "sparse"),
+    (keras.losses.categorical_crossentropy, "categorical"),
+    (keras.ops.categorical_crossentropy, "categorical"),
+    (keras.losses.binary_crossentropy, "binary"),
+    (keras.ops.binary_crossentropy, "binary"),
+)
+REDUCTIONS = ("sum_over_batch_size", "mean", "mean_with_sample_weight")  # the ones that average
+_UNREDUCED = (None, "none")  # per-sample values, which `fit`'s compiled loss then averages over the batch
+DEFAULT_LOSS_SCALE = 2.0**15  # LossScaleOptimizer's initial_scale
 
 
 @dataclasses.dataclass(frozen=True)
 class LossSpec:
-    """A resolved loss: the Keras per-sample function, its kind and whether it takes logits."""
+    """A resolved loss: the Keras per-sample function, its kind, whether it takes logits, its reduction."""
 
     fn: Callable[[Any, Any], Any]
     kind: str  # "sparse", "categorical", "binary" or "other"
     from_logits: bool
     name: str
+    reduction: str = "sum_over_batch_size"
 
     @property
     def is_classification(self):
@@ -41,54 +62,79 @@ class LossSpec:
 def resolve_loss(loss, model=None, output=None):
     """Resolves `loss` (or, when None, the loss `model` was compiled with) into a `LossSpec`.
 
+    The kind is read from what `keras.losses.get` resolves `loss` to: every string Keras accepts
+    (`"categorical_crossentropy"`, `"CategoricalCrossentropy"`, `"bce"`), a `keras.losses.Loss` class or
+    instance, the Keras loss functions (also as `functools.partial(..., from_logits=True)`) and the
+    `keras.ops` cross-entropies. Any other callable is a loss of kind "other".
+
     Args:
-        loss: None, a loss name (`"sparse_categorical_crossentropy"`), a `keras.losses.Loss`, or a
+        loss: None, a loss identifier Keras accepts, a `keras.losses.Loss` (class or instance, with a
+            reduction that averages: "sum_over_batch_size", "mean" or "mean_with_sample_weight"), or a
             callable `fn(y_true, y_pred) -> per-sample losses`.
         model: the Keras model whose compiled loss is used when `loss` is None.
         output: name or index of the output whose loss is wanted, for models with several outputs.
 
     Raises:
-        ValueError: `loss` is None and the model was not compiled with a loss.
+        ValueError: `loss` is None and the model was not compiled with a loss; an unknown loss name; a
+            reduction that does not average.
         TypeError: `loss` is of an unsupported type.
     """
     if loss is None:
-        loss = getattr(model, "loss", None) if model is not None else None
-        if loss is None:
-            raise ValueError(
-                "The model is not compiled with a loss: pass `loss=` (for example "
-                "loss='sparse_categorical_crossentropy') or call `model.compile(loss=...)` first. "
-                "Received: loss=None"
-            )
-        if isinstance(loss, dict):
-            names = list(getattr(model, "output_names", []))
-            key = output if isinstance(output, str) else names[output or 0]
-            if key not in loss:
-                raise ValueError(f"The compiled loss has no entry for output {key!r}: {list(loss)}")
-            loss = loss[key]
-        elif isinstance(loss, (list, tuple)):
-            loss = loss[output or 0]
-    if isinstance(loss, str):
-        fn = keras.losses.get(loss)
-        name = getattr(fn, "__name__", loss)
-        return LossSpec(fn, _CLASSIFICATION.get(name, "other"), False, name)
+        loss = _compiled_loss(model, output)
+    if isinstance(loss, str) or isinstance(loss, dict) and _is_config(loss) or _is_loss_class(loss):
+        loss = keras.losses.get(loss)
     if isinstance(loss, keras.losses.Loss):
-        reduction = getattr(loss, "reduction", "sum_over_batch_size")
-        if reduction not in (None, "sum_over_batch_size"):
+        if loss.reduction not in REDUCTIONS + _UNREDUCED:
             raise ValueError(
-                "gradkit reduces losses the default Keras way (sum of weighted per-sample losses / batch "
-                f'size); `loss` has reduction={reduction!r}. Use reduction="sum_over_batch_size".'
+                f"`loss` must have a reduction that averages, one of {REDUCTIONS}, as gradkit reduces "
+                f"losses the way `fit` does with them. Received: loss with reduction={loss.reduction!r}"
             )
         inner = getattr(loss, "fn", None)
-        name = getattr(inner, "__name__", type(loss).__name__)
         from_logits = bool(loss.get_config().get("from_logits", False))
-        return LossSpec(loss.call, _CLASSIFICATION.get(name, "other"), from_logits, name)
+        reduction = "sum_over_batch_size" if loss.reduction in _UNREDUCED else loss.reduction
+        return LossSpec(loss.call, _kind(inner), from_logits, _name(inner or loss), reduction)
     if callable(loss):
-        name = getattr(loss, "__name__", type(loss).__name__)
-        return LossSpec(loss, _CLASSIFICATION.get(name, "other"), False, name)
+        inner, keywords = (loss.func, loss.keywords) if isinstance(loss, functools.partial) else (loss, {})
+        return LossSpec(loss, _kind(inner), bool(keywords.get("from_logits", False)), _name(inner))
     raise TypeError(
         "`loss` must be None, a loss name, a keras.losses.Loss or a callable. "
         f"Received: loss={loss!r} of type {type(loss).__name__}"
     )
+
+
+def _compiled_loss(model, output):
+    loss = getattr(model, "loss", None) if model is not None else None
+    if loss is None:
+        raise ValueError(
+            "The model is not compiled with a loss: pass `loss=` (for example "
+            "loss='sparse_categorical_crossentropy') or call `model.compile(loss=...)` first. "
+            "Received: loss=None"
+        )
+    if isinstance(loss, dict) and not _is_config(loss):
+        names = list(getattr(model, "output_names", []))
+        key = output if isinstance(output, str) else names[output or 0]
+        if key not in loss:
+            raise ValueError(f"The compiled loss has no entry for output {key!r}: {list(loss)}")
+        return loss[key]
+    if isinstance(loss, (list, tuple)):
+        return loss[output or 0]
+    return loss
+
+
+def _is_config(loss):
+    return "class_name" in loss and "config" in loss
+
+
+def _is_loss_class(loss):
+    return isinstance(loss, type) and issubclass(loss, keras.losses.Loss)
+
+
+def _kind(fn):
+    return next((kind for known, kind in _KINDS if fn is known), "other")
+
+
+def _name(fn):
+    return getattr(fn, "__name__", type(fn).__name__)
 
 
 def keras_per_sample(spec, y, y_pred):
@@ -98,6 +144,15 @@ def keras_per_sample(spec, y, y_pred):
     if len(values.shape) > 1:
         values = keras.ops.mean(values, axis=tuple(range(1, len(values.shape))))
     return values
+
+
+def keras_reduced(spec, y, y_pred, sample_weight):
+    """The loss `fit` minimizes for one output: sample-weighted per-sample losses reduced by `spec.reduction`
+    (divided by the batch size, or by the sum of the weights for "mean_with_sample_weight")."""
+    total = keras.ops.sum(keras_per_sample(spec, y, y_pred) * sample_weight)
+    if spec.reduction == "mean_with_sample_weight":
+        return keras.ops.divide_no_nan(total, keras.ops.sum(sample_weight))
+    return total / keras.ops.cast(keras.ops.shape(sample_weight)[0], "float32")
 
 
 def attack_per_sample(spec, ids_or_y, out, out_is_logits):
@@ -110,3 +165,39 @@ def attack_per_sample(spec, ids_or_y, out, out_is_logits):
         values = keras.ops.binary_crossentropy(y, out, from_logits=out_is_logits)
         return keras.ops.mean(values, axis=-1)
     return keras_per_sample(spec, ids_or_y, out)
+
+
+def loss_scale(models):
+    """The factor `fit` multiplies the loss by before differentiating, for the largest of `models`.
+
+    A model compiled with a `LossScaleOptimizer` (Keras wraps the optimizer in one under the
+    "mixed_float16" policy) gives its current scale (`optimizer.scale_loss(1)`); any other model that
+    computes in float16 gives `DEFAULT_LOSS_SCALE` (2**15, the optimizer's initial scale); others 1.0.
+    """
+    scales = [1.0]
+    for model in models:
+        optimizer = getattr(model, "optimizer", None)
+        scale = float(keras.ops.convert_to_numpy(optimizer.scale_loss(1.0))) if optimizer is not None else 1.0
+        scales.append(scale if scale > 1.0 or not _computes_float16(model) else DEFAULT_LOSS_SCALE)
+    return max(scales)
+
+
+def _computes_float16(model):
+    pending = [model]
+    while pending:
+        layer = pending.pop()
+        if getattr(layer, "compute_dtype", None) == "float16":
+            return True
+        pending.extend(getattr(layer, "layers", None) or [])
+    return False
+
+
+def unscaled(grad_fn, scale):
+    """`grad_fn(scale) / scale` (numpy leaves), the scale halved while the gradient overflows in float16,
+    as the `LossScaleOptimizer`'s dynamic scale does (down to 1)."""
+    while True:
+        grads = grad_fn(scale)
+        if scale <= 1.0 or all(np.all(np.isfinite(g)) for g in tree.flatten(grads)):
+            break
+        scale = max(scale / 2.0, 1.0)
+    return grads if scale == 1.0 else tree.map_structure(lambda g: g / np.asarray(scale, g.dtype), grads)

@@ -6,7 +6,7 @@ from keras import tree
 from gradkit import _checks, _keras_internals, backend
 from gradkit.gradients._cache import cached
 from gradkit.gradients._labels import check_labels, check_sample_weight, labels_for_loss
-from gradkit.gradients._losses import keras_per_sample, resolve_loss
+from gradkit.gradients._losses import keras_reduced, loss_scale, resolve_loss, unscaled
 from gradkit.gradients._model_io import check_x, n_outputs, output_index, select_output, training_kwargs
 
 
@@ -15,9 +15,12 @@ class WeightGradient:
 
     The loss is the one `fit` minimizes on a batch: the Keras loss of each output, reduced the Keras
     way (sum_i w_i * L_i / batch_size, where w_i are the sample weights), plus the model's
-    regularization losses (`model.losses`) when `include_regularization` is True. Variable values are
-    passed on every call, so later training is seen without recompiling. No loss scaling is applied,
-    so nothing needs undoing.
+    regularization losses (`model.losses`) when `include_regularization` is True; a loss compiled
+    with `reduction="mean_with_sample_weight"` divides by sum_i w_i instead. Variable values are
+    passed on every call, so later training is seen without recompiling. Under a float16 policy
+    (`"mixed_float16"`) the loss is multiplied by the loss scale `fit` uses (the compiled
+    `LossScaleOptimizer`'s current scale, else 2**15) and the gradient divided by it, so gradients
+    too small for float16 do not vanish; the result is unscaled, as the optimizer applies it.
 
     Args:
         model: a built Keras model.
@@ -39,18 +42,16 @@ class WeightGradient:
         self._kwargs = training_kwargs(model, _checks.check_flag(training, "training"))
         self._fn = backend.compile_grad(self._loss, "trainable")
 
-    def _loss(self, trainable, non_trainable, x, y, sample_weight):
+    def _loss(self, trainable, non_trainable, x, y, weights):
         out, _, reg = self.model.stateless_call(
             trainable, non_trainable, x, return_losses=True, **self._kwargs
         )
-        n = keras.ops.cast(keras.ops.shape(sample_weight)[0], "float32")
         total = 0.0
         for (index, spec, weight), target in zip(self.heads, y):
-            per_sample = keras_per_sample(spec, target, select_output(out, index))
-            total = total + weight * keras.ops.sum(per_sample * sample_weight) / n
+            total = total + weight * keras_reduced(spec, target, select_output(out, index), weights["rows"])
         if self.include_regularization and reg:
             total = total + sum(keras.ops.cast(r, "float32") for r in reg)
-        return total
+        return total * weights["scale"]
 
     @property
     def trace_count(self):
@@ -58,6 +59,24 @@ class WeightGradient:
 
     def __call__(self, x, y, sample_weight=None):
         x, n = check_x(self.model, x, require_float=False)
+        ys = self._targets(x, y, n)
+        rows = keras.ops.convert_to_tensor(check_sample_weight(sample_weight, n))
+        if not self.model.trainable_variables:
+            raise ValueError("The model has no trainable weights, so there is no weight gradient.")
+        backend.batch_multiple()  # TF/torch: refuse an active keras.distribution rather than ignore it
+        trainable = backend.variable_values(self.model.trainable_variables, differentiable=True)
+        non_trainable = backend.variable_values(self.model.non_trainable_variables)
+        x = tree.map_structure(keras.ops.convert_to_tensor, x)
+
+        def grads(scale):
+            weights = {"rows": rows, "scale": keras.ops.convert_to_tensor(scale, "float32")}
+            _, g = self._fn(trainable, non_trainable, x, ys, weights)
+            return [keras.ops.convert_to_numpy(v) for v in g]
+
+        return unscaled(grads, loss_scale([self.model]))
+
+    def _targets(self, x, y, n):
+        """One tensor per head: the targets in the form its Keras loss takes (as `fit` takes them)."""
         if isinstance(y, dict):
             names = list(self.model.output_names)
             missing = [names[i] for i, _, _ in self.heads if names[i] not in y]
@@ -71,21 +90,11 @@ class WeightGradient:
         ys = []
         for (index, spec, _), target in zip(self.heads, targets):
             n_classes = n_outputs(self.model, index, x)
-            labels = check_labels(target, n, n_classes, spec)
-            ys.append(
-                keras.ops.convert_to_tensor(
-                    labels_for_loss(labels, spec, n_classes) if spec.is_classification else labels
-                )
-            )
-        weights = keras.ops.convert_to_tensor(check_sample_weight(sample_weight, n))
-        if not self.model.trainable_variables:
-            raise ValueError("The model has no trainable weights, so there is no weight gradient.")
-        backend.batch_multiple()  # TF/torch: refuse an active keras.distribution rather than ignore it
-        trainable = backend.variable_values(self.model.trainable_variables, differentiable=True)
-        non_trainable = backend.variable_values(self.model.non_trainable_variables)
-        x = tree.map_structure(keras.ops.convert_to_tensor, x)
-        _, grads = self._fn(trainable, non_trainable, x, ys, weights)
-        return [keras.ops.convert_to_numpy(g) for g in grads]
+            labels = check_labels(target, n, n_classes, spec, fit_targets=True)
+            if spec.is_classification and labels.ndim == 1:
+                labels = labels_for_loss(labels, spec, n_classes)
+            ys.append(keras.ops.convert_to_tensor(labels))
+        return ys
 
 
 def _heads(model, loss, output):
@@ -119,14 +128,17 @@ def weight_gradients(
 ):
     """Gradient of the training loss on one batch w.r.t. each of `model.trainable_weights`.
 
-    The gradient `fit` would apply on this batch (before any clipping), see `WeightGradient`. The
-    compiled function is cached on the model.
+    The gradient `fit` would apply on this batch (before any clipping; loss-scaled and unscaled under
+    a float16 policy as `fit` does), see `WeightGradient`. The compiled function is cached on the model.
 
     Args:
         model: a built Keras model.
         x: input batch `(n, ...)` (any dtype the model takes, integers included), or a list/dict.
-        y: targets: class ids `(n,)` or one-hot for cross-entropy losses, else the output's shape;
-            for several outputs, a list or dict with one entry per output with a loss.
+        y: targets as `fit` takes them: class ids `(n,)` or one-hot (or soft) rows for categorical
+            cross-entropy, class ids or one-hot rows for sparse categorical cross-entropy, 0/1 or soft
+            targets of the output's shape `(n, k)` for binary cross-entropy (multi-label included),
+            else the output's shape; for several outputs, a list or dict with one entry per output
+            with a loss.
         sample_weight: non-negative float `(n,)`. Defaults to ones.
         loss, training, include_regularization, output: see `WeightGradient`.
 

@@ -68,7 +68,9 @@ def gradient_norm(
 
     The gradient is `gradkit.weight_gradients` (the compiled loss, reduced the Keras way:
     sum_i w_i * L_i / batch_size, plus `model.losses` when `include_regularization`), taken before any
-    clipping (`clipnorm`, `global_clipnorm`) and without loss scaling. Sums of squares are taken in
+    clipping (`clipnorm`, `global_clipnorm`); under a float16 policy the loss is scaled as `fit`'s
+    `LossScaleOptimizer` scales it and the gradient unscaled, so this is the norm of the unscaled
+    gradient the optimizer applies. Sums of squares are taken in
     float64 from the float32 gradients. This is the value `GradientNormCallback` logs for a step run on
     the same weights and batch (Dropout-free models; with Dropout the masks differ).
 
