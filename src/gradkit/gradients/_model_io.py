@@ -4,6 +4,7 @@ Every check runs before any work starts and names the argument in its message.
 """
 
 import inspect
+import os
 
 import keras
 import numpy as np
@@ -40,49 +41,24 @@ def check_x(model, x, *, name="x", require_float=True):
         and the number of samples.
 
     Raises:
-        TypeError: symbolic tensors, non-numeric data, or integer inputs when `require_float`.
+        TypeError: a string or path, symbolic tensors, non-numeric data, or integer inputs when
+            `require_float` (integer images: the message shows the conversion).
         ValueError: empty data, leaves of different lengths, a wrong feature shape, NaN or inf.
     """
     if x is None:
         raise ValueError(f"`{name}` is required. Received: {name}=None")
+    if isinstance(x, (str, bytes, os.PathLike)):
+        raise TypeError(
+            f"`{name}` must be an array of inputs, not a string or file path. Received: {name}={x!r} "
+            "(load the data first, e.g. with np.load)"
+        )
     if any(_keras_internals.is_symbolic(leaf) for leaf in tree.flatten(x)):
         raise TypeError(
             f"`{name}` must hold concrete arrays (numpy or backend tensors), not symbolic Keras "
             f"tensors such as `model.input`. Received: {name} of type "
             f"{type(tree.flatten(x)[0]).__name__}"
         )
-    specs = model_inputs(model)
-    if isinstance(x, dict) and specs:
-        names = input_names(model)
-        unknown = sorted(set(x) - set(names))
-        if unknown:
-            raise ValueError(f"`{name}` has keys {unknown} that are not model inputs {names}.")
-        leaves = {k: np.asarray(x[k]) for k in names if k in x}
-        missing = [k for k in names if k not in x]
-        if missing:
-            raise ValueError(f"`{name}` lacks the model inputs {missing}.")
-        pairs = [(leaves[k], spec, k) for k, spec in zip(names, specs)]
-        out = leaves
-    else:
-        given = list(x) if isinstance(x, (list, tuple)) else [x]
-        if specs and len(given) != len(specs):
-            hint = (
-                f" (a list or tuple is read as one array per input: pass np.asarray({name}) for one input)"
-                if len(specs) == 1
-                else ""
-            )
-            raise ValueError(
-                f"`{name}` must have {len(specs)} input array(s), one per model input "
-                f"{input_names(model)}. Received: {len(given)}{hint}"
-            )
-        arrays = [np.asarray(a) for a in given]
-        pairs = [
-            (a, spec, k)
-            for a, spec, k in zip(
-                arrays, specs or [None] * len(arrays), input_names(model) or [name] * len(arrays)
-            )
-        ]
-        out = arrays if isinstance(x, (list, tuple)) else arrays[0]
+    pairs, structure = _pairs(model, x, name)
     lengths = {a.shape[0] if a.ndim else -1 for a, _, _ in pairs}
     if len(lengths) != 1 or -1 in lengths or 0 in lengths:
         raise ValueError(
@@ -90,27 +66,57 @@ def check_x(model, x, *, name="x", require_float=True):
             f"Received shapes: {[a.shape for a, _, _ in pairs]}"
         )
     casted = [_check_leaf(a, spec, label, name, require_float) for a, spec, label in pairs]
-    if isinstance(out, dict):
-        out = dict(zip(out.keys(), casted))
-    elif isinstance(out, list):
-        out = casted
-    else:
-        out = casted[0]
-    return out, lengths.pop()
+    if isinstance(structure, list):  # the dict's keys, in the model's input order
+        return dict(zip(structure, casted)), lengths.pop()
+    return (casted if structure == "list" else casted[0]), lengths.pop()
+
+
+def _pairs(model, x, name):
+    """`([(array, input spec or None, label)], structure)`: the leaves of `x` matched to the model's
+    inputs; labels are the user's names (`x`, `x[1]`, a dict key), never auto-generated ones."""
+    specs = model_inputs(model)
+    if isinstance(x, dict) and specs:
+        names = input_names(model)
+        unknown = sorted(set(x) - set(names))
+        if unknown:
+            raise ValueError(f"`{name}` has keys {unknown} that are not model inputs {names}.")
+        missing = [k for k in names if k not in x]
+        if missing:
+            raise ValueError(f"`{name}` lacks the model inputs {missing}.")
+        return [(np.asarray(x[k]), spec, f"{name}[{k!r}]") for k, spec in zip(names, specs)], names
+    given = list(x) if isinstance(x, (list, tuple)) else [x]
+    if specs and len(given) != len(specs):
+        hint = ""
+        if len(specs) == 1:
+            hint = f" (a list or tuple is read as one array per input: pass np.asarray({name}) for one input)"
+        raise ValueError(
+            f"`{name}` must have {len(specs)} input array(s), one per model input "
+            f"{input_names(model)}. Received: {len(given)}{hint}"
+        )
+    several = isinstance(x, (list, tuple))
+    labels = [f"{name}[{i}]" for i in range(len(given))] if several else [name]
+    pairs = [
+        (np.asarray(a), spec, label) for a, spec, label in zip(given, specs or [None] * len(given), labels)
+    ]
+    return pairs, ("list" if several else None)
 
 
 def _check_leaf(arr, spec, label, name, require_float):
     if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        raise TypeError(f"`{name}` must be numeric. Received: dtype={arr.dtype} for input {label!r}")
-    spec_dtype = getattr(spec, "dtype", None) or "float32"
-    if require_float and (
-        not np.issubdtype(arr.dtype, np.floating) or not str(spec_dtype).startswith(("float", "bfloat"))
-    ):
+        raise TypeError(f"`{label}` must be numeric. Received: {label} of dtype {arr.dtype}")
+    spec_dtype = str(getattr(spec, "dtype", None) or "float32")
+    float_model = spec_dtype.startswith(("float", "bfloat"))
+    if require_float and float_model and not np.issubdtype(arr.dtype, np.floating):
         raise TypeError(
-            "Input gradients need a floating input, but input "
-            f"{label!r} has dtype {arr.dtype} (model input dtype {spec_dtype}). No gradient exists "
-            "w.r.t. integer ids; for an Embedding model, differentiate at the embedding output "
-            "(a model that takes the embeddings as input)."
+            f"`{label}` holds integers (dtype {arr.dtype}), but input gradients need a floating input. "
+            f"Convert it first, e.g. {label} = {label}.astype('float32') / 255 for 8-bit images (then "
+            "clip_values=(0, 1) and eps in those units)."
+        )
+    if require_float and not float_model:
+        raise TypeError(
+            f"Input gradients need a floating input, but the model's input for `{label}` takes {spec_dtype} "
+            "ids: no gradient exists w.r.t. integer ids; for an Embedding model, differentiate at the "
+            "embedding output (a model that takes the embeddings as input)."
         )
     if spec is not None:
         expected = tuple(spec.shape[1:])
@@ -123,7 +129,7 @@ def _check_leaf(arr, spec, label, name, require_float):
     if np.issubdtype(arr.dtype, np.floating):
         if not np.all(np.isfinite(arr)):
             raise ValueError(f"`{name}` contains NaN or inf (input {label!r}).")
-        return arr.astype(str(spec_dtype) if require_float else arr.dtype, copy=False)
+        return arr.astype(spec_dtype if require_float else arr.dtype, copy=False)
     return arr
 
 
