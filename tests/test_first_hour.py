@@ -30,3 +30,44 @@ def test_a_file_path_as_x_is_named_as_such():
 def test_load_of_a_keras_file_points_to_keras():
     with pytest.raises(ValueError, match="keras.saving.load_model"):
         gradkit.load("run/single.keras")
+
+
+def test_a_first_learner_worse_than_random_says_what_usually_causes_it():
+    from sklearn.dummy import DummyClassifier
+
+    x, y = np.random.RandomState(0).rand(30, 4).astype("float32"), np.arange(30) % 3
+    booster = gradkit.AdaBoostM1(
+        lambda: DummyClassifier(strategy="constant", constant=0), n_estimators=2, verbose=0
+    )
+    with pytest.raises(ValueError, match=r"worse than random.*divide by 255.*too few epochs"):
+        booster.fit(x, y)
+
+
+def test_no_tensorflow_on_the_other_backends():
+    import subprocess
+    import sys
+
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        pytest.skip("TensorFlow is the backend here")
+    code = (
+        "import sys, numpy as np, gradkit\n"
+        "for name in gradkit.__all__: getattr(gradkit, name)\n"
+        "import gradkit.study, gradkit.evaluation, gradkit.boosting, gradkit.plotting\n"
+        "print('tensorflow' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+def test_predicting_with_new_models_prints_no_retracing_warning(capfd):
+    # boosting predicts with each new member; TensorFlow counts that as retracing after 5 models
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("the retracing warning is TensorFlow's")
+    from gradkit.gradients import predict_batched
+
+    x = np.random.RandomState(0).rand(60, 4).astype("float32")
+    for _ in range(8):
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
+        predict_batched(model, x)
+    assert "retracing" not in capfd.readouterr().err
