@@ -10,7 +10,8 @@ TOP = [
     "AdaBoostM1", "DisconnectedGradientError", "Evaluation", "GradientNormCallback", "InputGradient",
     "SAMME", "WeightGradient", "WeightedEnsemble", "apgd", "bim", "evaluate", "fgsm", "gradient_norm",
     "input_gradient", "load", "pgd", "plot_grad_norm", "plot_robustness", "robustness_curve", "run_study",
-    "square", "track_gradient_norm", "untrack_gradient_norm", "weight_gradients",
+    "square", "track_gradient_norm", "untrack_gradient_norm", "weight_gradients", "adversarial_training",
+    "untrack_adversarial_training", "CatastrophicOverfittingCheck",
 ]  # fmt: skip
 PACKAGES = {
     "gradkit.gradients": [
@@ -28,6 +29,9 @@ PACKAGES = {
     ],
     "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "describe", "load"],
     "gradkit.evaluation": ["Evaluation", "check_curve", "evaluate", "robustness_curve"],
+    "gradkit.training": [
+        "CatastrophicOverfittingCheck", "adversarial_training", "collapsed", "untrack_adversarial_training",
+    ],
     "gradkit.study": [
         "ConfigError", "DEFAULTS", "Dataset", "DatasetError", "MODELS", "QUICK", "QUICK_SUBSET",
         "StudyConfig",

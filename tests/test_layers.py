@@ -24,6 +24,7 @@ RANKS = {
     "attacks": 3,
     "boosting": 4,
     "evaluation": 4,
+    "training": 4,
     "study": 5,
     "cli": 6,
     "__main__": 7,

@@ -32,6 +32,10 @@ _EXPORTS = {
     "robustness_curve": "gradkit.evaluation",
     "evaluate": "gradkit.evaluation",
     "Evaluation": "gradkit.evaluation",
+    # adversarial training
+    "adversarial_training": "gradkit.training",
+    "untrack_adversarial_training": "gradkit.training",
+    "CatastrophicOverfittingCheck": "gradkit.training",
     # boosting
     "AdaBoostM1": "gradkit.boosting",
     "SAMME": "gradkit.boosting",

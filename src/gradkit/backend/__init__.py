@@ -30,6 +30,9 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   the training step `model.train_step(*args)` runs (the step's arguments are opaque to the caller).
 - `wrap_train_step(model, metric, norms_fn)`: `(train_step, test_step)` that record the norms of the
   gradients the training step applies into `metric` (see `gradkit.monitor`).
+- `input_ascent(model, loss_of, x, update, steps, call_kwargs)`: the inner attack of adversarial
+  training, run inside the training step: `steps` times `x <- update(x, grad_x loss_of(model(x)))`,
+  the gradient w.r.t. `x` alone, the result cut from the outer gradient (`gradkit.training`).
 - `batch_multiple()` and `distribute_batch(structure)`: data parallelism under an active
   `keras.distribution` (JAX only; the other backends raise NotImplementedError when one is set).
 
@@ -67,6 +70,7 @@ add_norms = _impl.add_norms
 norm_means = _impl.norm_means
 assign_add = _impl.assign_add
 values_before_step = _impl.values_before_step
+input_ascent = _impl.input_ascent
 
 __all__ = [
     "NAME",
@@ -81,6 +85,7 @@ __all__ = [
     "distribute_batch",
     "divide_norms",
     "group_norms",
+    "input_ascent",
     "norm_means",
     "values_before_step",
     "variable_values",

@@ -195,3 +195,17 @@ def compile_forward(fn):
 
     call.trace_count = 0
     return call
+
+
+def input_ascent(model, loss_of, x, update, steps, call_kwargs):
+    """`steps` times `x <- update(x, d loss_of(model(x)) / dx)`, eagerly with `torch.autograd.grad` w.r.t.
+    `x` alone (the adversarial-training inner attack); the result is detached."""
+    x = x.detach()
+    for _ in range(steps):
+        z = x.requires_grad_(True)
+        with torch.enable_grad():
+            loss = loss_of(model(z, **call_kwargs))
+        (grad,) = torch.autograd.grad(loss, z)
+        with torch.no_grad():
+            x = update(z.detach(), grad).detach()
+    return x

@@ -1,0 +1,99 @@
+"""What the adversarial training step computes: the inner attack and the outer loss (CE or TRADES).
+
+The inner attack ascends the loss of the compiled model (cross-entropy training, Madry et al. 2018) or
+the KL divergence from the clean prediction (TRADES, Zhang et al. 2019) by `backend.input_ascent`, inside
+the step; its examples carry no gradient. The outer loss is the model's own `compute_loss` (the compiled
+loss, its reduction, sample weights and regularization losses) on the mixed predictions, plus for TRADES
+`beta` times the sample-weighted batch mean of KL(f(x) || f(x')) (the gradient flows through both).
+"""
+
+from keras import ops
+
+from gradkit import backend
+from gradkit.gradients import resolve_loss, training_kwargs
+from gradkit.training import _geometry
+from gradkit.training._settings import check_trades_loss
+
+_LOG_FLOOR = 1e-7  # probabilities (a model ending in a softmax) are clipped to this before the log
+
+
+def _log_probabilities(out, from_logits):
+    """`(p, log p)` in float32 from logits or from probabilities, shape `(batch, classes)`."""
+    out = ops.cast(out, "float32")
+    if from_logits:
+        return ops.softmax(out, axis=-1), ops.log_softmax(out, axis=-1)
+    return out, ops.log(ops.clip(out, _LOG_FLOOR, 1.0))
+
+
+def kl_per_sample(clean_out, adv_out, from_logits):
+    """KL(p_clean || p_adv) per sample, shape `(batch,)` float32, from the two outputs (logits when
+    `from_logits`, else probabilities), summed over the classes."""
+    p, log_p = _log_probabilities(clean_out, from_logits)
+    _, log_q = _log_probabilities(adv_out, from_logits)
+    return ops.sum(p * (log_p - log_q), axis=-1)
+
+
+def _inner_objective(settings, spec, y, y_clean):
+    """The scalar the inner attack ascends, as a function of the model output on the candidate inputs:
+    the per-sample losses summed over the batch (each sample's gradient is its own)."""
+    if settings.loss == "trades":
+        clean = ops.stop_gradient(y_clean)
+        return lambda out: ops.sum(kl_per_sample(clean, out, spec.from_logits))
+    return lambda out: ops.sum(ops.cast(spec.fn(y, ops.cast(out, "float32")), "float32"))
+
+
+def adversarial_examples(model, settings, x, objective, seed):
+    """The inner attack: `settings.steps` projected steps of size `eps_step` from `x` (or from a uniform
+    point of the eps-ball with `random_start`), inside the eps-ball and `clip_values`.
+
+    Args:
+        model: the `keras.Model` being trained (called with `training=False`: no state changes).
+        settings: the `Settings` of `adversarial_training`.
+        x: float tensor `(batch, ...)`, the clean inputs.
+        objective: `fn(model output) -> scalar` to ascend.
+        seed: the `keras.random.SeedGenerator` of the random start.
+
+    Returns:
+        A tensor like `x`, cut from the gradient of the outer loss.
+    """
+    x0 = ops.stop_gradient(ops.convert_to_tensor(x))
+    eps, norm, clip = settings.eps, settings.norm, settings.clip_values
+    start = x0
+    if settings.random_start:
+        start = _geometry.project_and_clip(_geometry.random_start(x0, eps, norm, seed), x0, eps, norm, clip)
+
+    def update(point, grad):
+        step = settings.eps_step * _geometry.direction(ops.cast(grad, point.dtype), norm)
+        return _geometry.project_and_clip(point + step, x0, eps, norm, clip)
+
+    kwargs = training_kwargs(model, False)
+    return backend.input_ascent(model, objective, start, update, settings.steps, kwargs)
+
+
+def _flat_weights(sample_weight, like):
+    """Sample weights as float32 `(batch,)` (ones when None)."""
+    if sample_weight is None:
+        return ops.ones_like(ops.cast(like[:, 0], "float32"))
+    return ops.reshape(ops.cast(sample_weight, "float32"), (-1,))
+
+
+def adversarial_loss(model, settings, seed, x, y, y_pred, sample_weight):
+    """The training loss on the adversarial batch (see the module docstring); `y_pred` is the clean
+    forward pass `train_step` already made (used by TRADES and by the rows that `ratio` keeps clean)."""
+    spec = check_trades_loss(model) if settings.loss == "trades" else resolve_loss(None, model)
+    objective = _inner_objective(settings, spec, y, y_pred)
+    x_adv = adversarial_examples(model, settings, x, objective, seed)
+    y_adv = model(x_adv, **training_kwargs(model, True))
+    mask = _geometry.replaced_rows(y_pred, settings.ratio) if settings.ratio < 1 else None
+    base = type(model).compute_loss
+    if settings.loss == "ce":
+        mixed = y_adv if mask is None else ops.where(mask[:, None], y_adv, y_pred)
+        return base(model, x=x, y=y, y_pred=mixed, sample_weight=sample_weight, training=True)
+    weights = _flat_weights(sample_weight, y_pred)
+    if mask is not None:
+        weights = weights * ops.cast(mask, "float32")
+    kl = ops.sum(kl_per_sample(y_pred, y_adv, spec.from_logits) * weights) / ops.cast(
+        ops.shape(weights)[0], "float32"
+    )
+    clean = base(model, x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
+    return clean + ops.cast(settings.beta * kl, clean.dtype)
