@@ -40,3 +40,23 @@ def optimizer_iterations(optimizer):
 def accumulated_gradients(optimizer):
     """The gradient accumulators of an optimizer built with `gradient_accumulation_steps`, or None."""
     return getattr(optimizer, "_accumulated_gradients", None) if optimizer.built else None
+
+
+def set_tracked_attribute(model, name, value):
+    """Sets `model.<name> = value` through Keras' attribute tracking (a metric so set is tracked and
+    saved with the model's variables); `value=None` untracks and deletes it. A built subclassed model
+    locks its tracker: it is unlocked for the change and locked again."""
+    tracker = model_tracker(model)
+    locked = bool(tracker is not None and tracker.locked)
+    if locked:
+        tracker.unlock()
+    try:
+        if value is None:
+            if tracker is not None:
+                tracker.untrack(getattr(model, name))
+            delattr(model, name)
+        else:
+            setattr(model, name, value)
+    finally:
+        if locked:
+            tracker.lock()

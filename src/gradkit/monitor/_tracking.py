@@ -22,19 +22,6 @@ def tracked_metric(model):
     return vars(model).get(_ATTR)
 
 
-def _attach(model, metric):
-    """Sets the metric as a tracked attribute (built subclassed models lock their tracker)."""
-    tracker = _keras_internals.model_tracker(model)
-    locked = bool(tracker is not None and tracker.locked)
-    if locked:
-        tracker.unlock()
-    try:
-        setattr(model, _ATTR, metric)
-    finally:
-        if locked:
-            tracker.lock()
-
-
 def untrack_gradient_norm(model):
     """Undoes `track_gradient_norm`: restores the class's train/test steps and removes the metric.
 
@@ -47,10 +34,7 @@ def untrack_gradient_norm(model):
     metric = tracked_metric(model)
     if metric is None:
         return model
-    tracker = _keras_internals.model_tracker(model)
-    if tracker is not None:
-        tracker.untrack(metric)
-    delattr(model, _ATTR)
+    _keras_internals.set_tracked_attribute(model, _ATTR, None)
     for name in ("train_step", "test_step"):
         vars(model).pop(name, None)
     model.train_function = None
@@ -147,7 +131,7 @@ def track_gradient_norm(model, per_layer=False):
         return model
     untrack_gradient_norm(model)
     metric = GradientNormMetric(names)
-    _attach(model, metric)
+    _keras_internals.set_tracked_attribute(model, _ATTR, metric)
     model.train_step, model.test_step = _make_steps(model, metric, layers)
     model.train_function = None
     model.test_function = None

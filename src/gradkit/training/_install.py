@@ -43,24 +43,6 @@ def installed_state(model):
     return vars(model).get(_ATTR)
 
 
-def _set_tracked(model, name, value):
-    """Sets (or, for None, deletes) a tracked attribute, unlocking a built subclassed model's tracker."""
-    tracker = _keras_internals.model_tracker(model)
-    locked = bool(tracker is not None and tracker.locked)
-    if locked:
-        tracker.unlock()
-    try:
-        if value is None:
-            if tracker is not None:
-                tracker.untrack(getattr(model, name))
-            delattr(model, name)
-        else:
-            setattr(model, name, value)
-    finally:
-        if locked:
-            tracker.lock()
-
-
 def untrack_adversarial_training(model):
     """Undoes `adversarial_training`: the class's `compute_loss` again, the state metric removed.
 
@@ -72,7 +54,7 @@ def untrack_adversarial_training(model):
     """
     if installed_state(model) is None:
         return model
-    _set_tracked(model, _ATTR, None)
+    _keras_internals.set_tracked_attribute(model, _ATTR, None)
     vars(model).pop("compute_loss", None)
     model.train_function = None
     return model
@@ -161,7 +143,7 @@ def adversarial_training(
     check_model(model, settings.loss)
     untrack_adversarial_training(model)
     state = AdversarialState(settings, seed)
-    _set_tracked(model, _ATTR, state)
+    _keras_internals.set_tracked_attribute(model, _ATTR, state)
     object.__setattr__(model, "compute_loss", _make_compute_loss(model, state))
     model.train_function = None
     return model
