@@ -53,7 +53,14 @@ def test_no_tensorflow_on_the_other_backends():
     code = (
         "import sys, numpy as np, gradkit\n"
         "for name in gradkit.__all__: getattr(gradkit, name)\n"
-        "import gradkit.study, gradkit.evaluation, gradkit.boosting, gradkit.plotting\n"
+        "import gradkit.study, gradkit.evaluation, gradkit.boosting, gradkit.plotting, keras\n"
+        "def build():\n"
+        "    m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2, activation='softmax')])\n"
+        "    m.compile('adam', 'sparse_categorical_crossentropy')\n"
+        "    return m\n"
+        "x = np.random.RandomState(0).rand(40, 2).astype('float32')\n"
+        "gradkit.SAMME(build, n_estimators=2, fit_kwargs={'epochs': 1, 'verbose': 0}, random_state=0,\n"
+        "              verbose=0).fit(x, (x[:, 0] > 0.5).astype(int))\n"
         "print('tensorflow' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -60,3 +60,19 @@ def set_tracked_attribute(model, name, value):
     finally:
         if locked:
             tracker.lock()
+
+
+def set_keras_seed(seed):
+    """What `keras.utils.set_random_seed(seed)` does except seeding TensorFlow (which it imports even on
+    the JAX and PyTorch backends): Keras' global seed and seed generator, Python's and numpy's RNGs."""
+    import random
+
+    import numpy as np
+    from keras.src.backend.common import global_state
+    from keras.src.random import seed_generator
+    from keras.src.utils.rng_utils import GLOBAL_RANDOM_SEED
+
+    global_state.set_global_attribute(GLOBAL_RANDOM_SEED, seed)
+    global_state.set_global_attribute(seed_generator.GLOBAL_SEED_GENERATOR, None)
+    random.seed(seed)
+    np.random.seed(seed)

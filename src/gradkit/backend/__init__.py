@@ -9,6 +9,7 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   gradients have a leading axis of size K (one backward pass per entry, inside the same compiled call).
 - `quiet_retracing()`: a context manager that silences the framework's retracing warnings for gradkit's
   own `predict` calls on new models (TensorFlow; a no-op elsewhere).
+- `set_random_seed(seed)`: `keras.utils.set_random_seed` without importing TensorFlow on JAX/PyTorch.
 - `compile_forward(fn)`: the same function compiled without a gradient (forward passes only).
 - `compile_grad(..., has_aux=True)`: `fn` returns `(loss, aux)`; the call returns `((loss, aux), grads)`.
 - `variable_values(variables, differentiable)`: the current values of Keras variables, passed as
@@ -59,6 +60,7 @@ EAGER = _impl.EAGER
 compile_grad = _impl.compile_grad
 compile_forward = _impl.compile_forward
 quiet_retracing = _impl.quiet_retracing
+set_random_seed = _impl.set_random_seed
 variable_values = _impl.variable_values
 wrap_train_step = _impl.wrap_train_step
 batch_multiple = _impl.batch_multiple
@@ -82,6 +84,7 @@ __all__ = [
     "compile_forward",
     "compile_grad",
     "quiet_retracing",
+    "set_random_seed",
     "distribute_batch",
     "divide_norms",
     "group_norms",

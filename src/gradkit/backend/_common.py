@@ -6,6 +6,8 @@ import contextlib
 
 import keras
 
+from gradkit import _keras_internals
+
 
 def batch_multiple():
     """Rows per batch must be a multiple of this (1: no data parallelism on this backend)."""
@@ -67,3 +69,8 @@ def test_step_without(metric, step_cls, model):
 def quiet_retracing():
     """No retracing warnings to silence on this backend: a do-nothing context manager."""
     return contextlib.nullcontext()
+
+
+def set_random_seed(seed):
+    """Seeds Keras, Python and numpy (JAX: its keys come from Keras' seed) without importing TensorFlow."""
+    _keras_internals.set_keras_seed(int(seed))

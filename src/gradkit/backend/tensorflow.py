@@ -3,6 +3,7 @@
 import contextlib
 import logging
 
+import keras
 import tensorflow as tf
 
 from gradkit.backend._common import (  # noqa: F401
@@ -177,3 +178,8 @@ def input_ascent(model, loss_of, x, update, steps, call_kwargs):
             loss = loss_of(model(x, **call_kwargs))
         x = tf.stop_gradient(update(x, tape.gradient(loss, x)))
     return x
+
+
+def set_random_seed(seed):
+    """`keras.utils.set_random_seed`: Keras, Python, numpy and TensorFlow."""
+    keras.utils.set_random_seed(int(seed))

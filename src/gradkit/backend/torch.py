@@ -17,6 +17,7 @@ from gradkit.backend._common import (  # noqa: F401
     test_step_without,
     values_before_step,
 )
+from gradkit.backend._common import set_random_seed as _set_keras_seed
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
 from gradkit.errors import DisconnectedGradientError
 
@@ -209,3 +210,9 @@ def input_ascent(model, loss_of, x, update, steps, call_kwargs):
         with torch.no_grad():
             x = update(z.detach(), grad).detach()
     return x
+
+
+def set_random_seed(seed):
+    """Seeds Keras, Python, numpy and PyTorch (as `keras.utils.set_random_seed` does, without TensorFlow)."""
+    _set_keras_seed(seed)
+    torch.manual_seed(int(seed))

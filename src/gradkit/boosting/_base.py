@@ -10,12 +10,12 @@ the ensemble's weighted vote in `_voting.py`; saves and checkpoints go through `
 import time
 import warnings
 
-import keras
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 from tqdm import tqdm
 
+from gradkit import backend
 from gradkit.boosting import _checkpoint, _data, _learners, _params, _voting
 from gradkit.gradients import WeightedEnsemble, check_x
 
@@ -79,10 +79,9 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
         fingerprint = _data.fingerprint(x, ids, w0, classes)
         if not (resume and _checkpoint.resume(self, fingerprint)):
             self.estimators_, self.estimator_weights_, self.estimator_errors_ = [], np.zeros(0), np.zeros(0)
-            self.stop_reason_ = None  # why boosting stopped before n_estimators rounds, if it did
             self.classes_, self.n_classes_ = classes, len(classes)
             self._sample_weight, self._finished, self._fingerprint = w0.copy(), False, fingerprint
-            self._checkpoint_files = None
+            self.stop_reason_, self._checkpoint_files = None, None  # stop_reason_: why boosting stopped early
         start = len(self.estimators_)
         if start > self.n_estimators:
             raise ValueError(
@@ -101,7 +100,7 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
 
     def _new_learner(self, t):
         if self.random_state is not None:
-            keras.utils.set_random_seed(int(self.random_state) + t)
+            backend.set_random_seed(int(self.random_state) + t)
         return self.build_fn()
 
     def _boost(self, t, learner, x, ids, zero):
@@ -120,7 +119,9 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
             if t == 0:
                 raise ValueError(
                     f"The first learner is worse than random: weighted error {error:.4f} >= {limit:.4f} "
-                    f"for {type(self).__name__} with {self.n_classes_} classes. Use a stronger learner."
+                    f"for {type(self).__name__} with {self.n_classes_} classes. Usual causes: unscaled "
+                    "inputs (pixels in [0, 255]: divide by 255), too few epochs or samples per round "
+                    "(fit_kwargs), or a learner too weak for the task."
                 )
             self._log(t, f"error: {error:.4f} >= {limit:.4f}, learner discarded, boosting stopped", tic)
             self._finished = True
@@ -149,9 +150,8 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
             self._sample_weight = new_w / new_w.sum()
 
     def _train(self, t, learner, x, ids, w):
-        """Fits `learner` on the boosting weights `w` (sum 1): a scikit-learn estimator gets them as they
-        are, exactly as `AdaBoostClassifier` hands them; other learners get them rescaled to mean 1.
-        Returns the round's adversarial examples (`adversarial` set), else None."""
+        """Fits `learner` on the weights `w` (sum 1; scikit-learn estimators get them as `AdaBoostClassifier`
+        hands them, others rescaled to mean 1). Returns the round's adversarial examples, else None."""
         kwargs = dict(self.fit_kwargs or {})
         if _learners.is_sklearn(learner):
             learner.fit(x, ids, sample_weight=w, **kwargs)
