@@ -13,15 +13,17 @@ from gradkit import study
 
 
 def main(out):
-    result = study.run_study({"quick": True, "out": out})
-    print(study.format_table(result))
+    result = study.run_study({"quick": True, "out": out}, log=print)  # log: what a rerun reused
+    print(study.format_table(result, out=out))  # the table, then the folder and its files
     for name, record in result["models"].items():
-        curve = result["grad_norm"][name]
+        fits = result["grad_norm"][name]  # one list of per-epoch values per fit (member)
+        rows = result["results"]
+        worst = {r["eps"]: r["accuracy"] for r in rows if (r["model"], r["attack"]) == (name, "worst_case")}
         print(
-            f"{name}: clean accuracy {record['clean_accuracy']:.3f}, grad_norm first/last epoch "
-            f"{curve[0]:.3f}/{curve[-1]:.3f}, {record['train_seconds']:.0f} s of training"
+            f"{name}: clean accuracy {record['clean_accuracy']:.3f}, worst case at eps 0.1 "
+            f"{worst[0.1]:.3f}, grad_norm first/last epoch {fits[0][0]:.3f}/{fits[-1][-1]:.3f}, "
+            f"{record['train_seconds']:.0f} s of training"
         )
-    print(f"files in {out}: results.json, results.csv, robustness.png, grad_norm.png, models")
 
 
 if __name__ == "__main__":

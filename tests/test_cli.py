@@ -23,12 +23,19 @@ def _main(capsys, *args):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--dataset", "cifar10"], '`dataset` must be "digits", "mnist" or a path to a .npz file'),
+        (
+            ["--dataset", "cifar100"],
+            '`dataset` must be "digits", "mnist", "fashion_mnist", "cifar10" or a path',
+        ),
         (["--epsilons", "0,-0.1"], "`epsilons` must hold finite numbers >= 0"),
         (["--epsilons", "0,abc"], "argument --epsilons: expected comma-separated floats, got '0,abc'"),
         (["--epsilons", "0,nan"], "`epsilons` must hold finite numbers >= 0"),
         (["--epsilons", ""], "argument --epsilons"),
-        (["--attacks", "fgsm,cw"], '`attacks` must be a non-empty list of "fgsm", "pgd"'),
+        (["--attacks", "fgsm,cw"], '`attacks` must be a non-empty list of "fgsm", "pgd", "apgd-ce"'),
+        (["--apgd-steps", "0"], "`apgd_steps` must be an integer >= 1"),
+        (["--square-queries", "0"], "`square_queries` must be an integer >= 1"),
+        (["--adv-steps", "0"], "`adv_steps` must be an integer >= 1"),
+        (["--adv-attack", "cw"], "argument --adv-attack: invalid choice: 'cw'"),
         (["--n-estimators", "0"], "`n_estimators` must be an integer >= 1. Received: n_estimators=0"),
         (["--epochs", "-2"], "`epochs` must be an integer >= 1"),
         (["--pgd-steps", "1.5"], "argument --pgd-steps: invalid int value"),
@@ -101,6 +108,13 @@ def test_help_and_missing_subcommand(capsys):
         "--n-estimators",
         "--quick",
         "--pgd-steps",
+        "--apgd-steps",
+        "--square-queries",
+        "--adv-attack",
+        "--adv-steps",
+        "cifar10",
+        "fashion_mnist",
+        "standard",
         "--out",
     ):
         assert option in text
@@ -113,6 +127,10 @@ def test_make_config_defaults_quick_and_overrides():
     assert config["epsilons"] == [0.0, 0.02, 0.05, 0.1, 0.2, 0.3] and config["n_estimators"] == 5
     quick = study.make_config(quick=True, n_estimators=None)
     assert (quick["epsilons"], quick["n_estimators"], quick["epochs"]) == ([0.0, 0.1, 0.3], 2, 3)
+    assert config["attacks"] == ["fgsm", "pgd", "standard"] and config["adv_attack"] == "pgd"
+    assert (quick["apgd_steps"], quick["square_queries"]) == (5, 100)
+    every = study.make_config(attacks=["standard", "apgd-t", "square", "apgd-ce", "fgsm", "pgd"])
+    assert every["attacks"] == ["standard", "apgd-t", "square", "apgd-ce", "fgsm", "pgd"]
     mixed = study.make_config(quick=True, epsilons=(0.2, 0, 0.2, 0.05), attacks=["pgd", "pgd"], epochs=1)
     assert mixed["epsilons"] == [0.0, 0.05, 0.2] and mixed["attacks"] == ["pgd"] and mixed["epochs"] == 1
     assert list(config) == list(study.DEFAULTS)

@@ -1,5 +1,7 @@
 """gradkit.datasets: digits, MNIST (loader monkeypatched, no download) and validated .npz files."""
 
+import gzip
+
 import keras
 import numpy as np
 import pytest
@@ -102,9 +104,9 @@ def test_npz_object_arrays_and_non_files_are_refused(tmp_path):
         datasets.load_dataset(str(tmp_path / "missing.npz"))
 
 
-@pytest.mark.parametrize("name", ["cifar10", "", "data.csv", 3, None])
+@pytest.mark.parametrize("name", ["cifar100", "", "data.csv", 3, None])
 def test_unknown_dataset_names(name):
-    with pytest.raises(DatasetError, match='`dataset` must be "digits", "mnist" or a path to a .npz'):
+    with pytest.raises(DatasetError, match='`dataset` must be "digits", "mnist", "fashion_mnist", "cifar10"'):
         datasets.load_dataset(name)
 
 
@@ -136,3 +138,56 @@ def test_subsample_is_stratified_and_keeps_small_sets():
     assert small.x_train.shape == (500, 8, 8, 1) and len(small.y_test) == 100
     assert np.all(np.abs(np.bincount(small.y_train) - 50) <= 1)
     assert datasets.subsample(data, 5000, 5000).x_train is data.x_train
+
+
+def _idx(path, header, array):
+    """Writes `array` as a gzipped IDX file (the format of Fashion-MNIST's files)."""
+    with gzip.open(path, "wb") as f:
+        f.write(header + np.ascontiguousarray(array, np.uint8).tobytes())
+
+
+def test_fashion_mnist_from_the_keras_cache_no_download(tmp_path, monkeypatch):
+    from keras.src.backend import config  # where keras.utils.get_file looks for its cache
+
+    folder = tmp_path / "datasets" / "fashion-mnist"
+    folder.mkdir(parents=True)
+    rng = np.random.RandomState(0)
+    for prefix, n in (("train", 12), ("t10k", 5)):
+        labels, images = np.arange(n) % 10, rng.randint(0, 256, (n, 28, 28))
+        _idx(folder / f"{prefix}-labels-idx1-ubyte.gz", b"\0" * 8, labels)
+        _idx(folder / f"{prefix}-images-idx3-ubyte.gz", b"\0" * 16, images)
+    monkeypatch.setattr(config, "_KERAS_DIR", str(tmp_path))
+    monkeypatch.setattr("urllib.request.urlretrieve", lambda *a, **k: pytest.fail("downloaded"))
+    data = datasets.load_dataset("fashion_mnist")
+    assert data.name == "fashion_mnist" and data.n_classes == 10
+    assert data.x_train.shape == (12, 28, 28, 1) and data.x_test.shape == (5, 28, 28, 1)
+    assert data.x_train.dtype == np.float32 and 0 <= data.x_train.min() and data.x_train.max() <= 1
+    np.testing.assert_array_equal(data.y_test, np.arange(5))
+
+
+def test_cifar10_keeps_three_channels_and_flattens_its_labels(monkeypatch):
+    # Keras' CIFAR-10 loader needs five full 10,000-image batches: too large to write in a test, so
+    # its load_data is replaced by one returning arrays of its shapes and dtypes.
+    x = np.random.RandomState(0).randint(0, 256, (20, 32, 32, 3)).astype(np.uint8)
+    y = (np.arange(20) % 10).astype(np.uint8)[:, None]
+    monkeypatch.setattr(keras.datasets.cifar10, "load_data", lambda: ((x, y), (x[:4], y[:4])))
+    data = datasets.load_dataset("cifar10")
+    assert data.x_train.shape == (20, 32, 32, 3) and data.y_train.shape == (20,) and data.n_classes == 10
+    np.testing.assert_allclose(data.x_train * 255, x, atol=1e-4)
+    model = datasets.build_model("cnn", data.x_train.shape[1:], data.n_classes)
+    assert model.predict(data.x_test, verbose=0).shape == (4, 10)
+
+
+@pytest.mark.parametrize("name, title", [("fashion_mnist", "Fashion-MNIST"), ("cifar10", "CIFAR-10")])
+def test_keras_datasets_offline_give_a_clear_error(name, title, tmp_path, monkeypatch):
+    from keras.src.backend import config
+
+    def offline(*args, **kwargs):
+        raise OSError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(config, "_KERAS_DIR", str(tmp_path))  # an empty cache
+    monkeypatch.setattr("urllib.request.urlretrieve", offline)
+    with pytest.raises(DatasetError) as info:
+        datasets.load_dataset(name)
+    text = str(info.value)
+    assert f"Could not load {title}" in text and "~/.keras/datasets" in text and "--dataset" in text

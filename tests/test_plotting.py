@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import gradkit
+import gradkit.plotting
 
 from conftest import set_weights_from
 
@@ -116,3 +117,60 @@ def test_plot_robustness_rejects_bad_input(tmp_path, results, error, match):
     with pytest.raises(error, match=match):
         gradkit.plot_robustness(results, tmp_path / "r.png")
     assert not list(tmp_path.iterdir())
+
+
+def _captured(monkeypatch):
+    """Replaces plotting's file writer so a test can read the figure it drew."""
+    figures = []
+    monkeypatch.setattr(gradkit.plotting, "_save", lambda fig, path: figures.append(fig) or path)
+    return figures
+
+
+def test_two_epoch_history_has_integer_epoch_ticks(trained, tmp_path, monkeypatch):
+    figures = _captured(monkeypatch)
+    gradkit.plot_grad_norm(trained[0], tmp_path / "g.png")
+    (ax,) = figures[0].axes
+    figures[0].canvas.draw()
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+def test_narrow_range_log_axis_has_plain_labels(tmp_path, monkeypatch):
+    figures = _captured(monkeypatch)
+    gradkit.plot_grad_norm({"a": [0.84175, 0.8419, 0.8421, 0.8423]}, tmp_path / "g.png")
+    figures[0].canvas.draw()
+    (ax,) = figures[0].axes
+    labels = [t.get_text() for t in ax.get_yticklabels() + ax.get_yticklabels(minor=True) if t.get_text()]
+    assert len(set(labels)) == len(labels) >= 2, labels  # distinct, plain decimals
+    assert all("times" not in s and "^" not in s and len(s) <= 7 for s in labels), labels
+    gradkit.plot_grad_norm({"a": [1e-3, 1.0, 10.0]}, tmp_path / "wide.png")  # a wide range too
+    figures[1].canvas.draw()
+    labels = [t.get_text() for t in figures[1].axes[0].get_yticklabels() if t.get_text()]
+    assert labels and all("^" not in s for s in labels), labels
+
+
+def test_one_list_per_member_marks_where_each_starts(tmp_path, monkeypatch):
+    figures = _captured(monkeypatch)
+    gradkit.plot_grad_norm({"boost": [[3.0, 2.0, 1.0], [4.0, 2.0]], "single": [5.0, 4.0]}, tmp_path / "g.png")
+    (ax,) = figures[0].axes
+    members = [list(line.get_xdata()) for line in ax.get_lines() if line.get_color() == "C0"]
+    assert members[:2] == [[1, 2, 3], [4, 5]]  # one line per member, end to end
+    starts = [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":"]
+    assert starts == [3.5]
+    monkeypatch.undo()
+    assert_png(gradkit.plot_grad_norm({"boost": [[3.0, 2.0], [4.0, 2.0]]}, tmp_path / "real.png"))
+
+
+def test_worst_case_is_drawn_boldest_with_eps_units(tmp_path, monkeypatch):
+    figures = _captured(monkeypatch)
+    results = [
+        {"model": m, "attack": a, "eps": e, "accuracy": acc}
+        for m in ("single", "boost")
+        for a, acc in (("fgsm", 0.8), ("worst_case", 0.5))
+        for e in (0.0, 0.1)
+    ]
+    gradkit.plot_robustness(results, tmp_path / "r.png", xlabel="eps (Linf, input units)")
+    (ax,) = figures[0].axes
+    widths = {line.get_label(): line.get_linewidth() for line in ax.get_lines()}
+    assert widths["single / worst case"] > widths["single / fgsm"]
+    assert ax.get_xlabel() == "eps (Linf, input units)"

@@ -17,14 +17,16 @@ import numpy as np
 import pytest
 
 import gradkit
-from gradkit import cli, evaluation, study
+from gradkit import cli, study
 from gradkit.gradients import as_ensemble
-from gradkit.study import _outdir, _run
+from gradkit.study import _attack, _outdir, _run
 
 BACKEND = keras.backend.backend()
-FILES = {"config.json", "results.json", "results.csv", "robustness.png", "grad_norm.png", "single.keras",
-         "adaboost_m1", "adv_boost"}  # fmt: skip
-MODEL_KEYS = {"clean_accuracy", "n_params", "train_seconds"}
+FILES = {"config.json", "results.json", "results.csv", "samples.csv", "robustness.png", "grad_norm.png",
+         "single.keras", "adaboost_m1", "adv_boost"}  # fmt: skip
+MODEL_KEYS = {"clean_accuracy", "n_params", "train_seconds", "epochs"}
+BOOSTED_KEYS = MODEL_KEYS | {"members", "asked", "stop_reason", "estimator_weights"}
+ATTACKS = ("worst_case", "fgsm", "pgd")
 
 pytestmark = pytest.mark.slow
 
@@ -72,6 +74,10 @@ def _no_training(monkeypatch, allowed=()):
     return calls
 
 
+def _no_attacks(monkeypatch):
+    monkeypatch.setattr(_attack, "evaluate", lambda *a, **k: pytest.fail("attacked again"))
+
+
 def test_files_and_results_schema(quick_dir):
     assert set(os.listdir(quick_dir)) == FILES  # no temporary files left behind
     for png in ("robustness.png", "grad_norm.png"):
@@ -85,6 +91,9 @@ def test_files_and_results_schema(quick_dir):
         "n_test",
         "models",
         "results",
+        "evaluations",
+        "warnings",
+        "samples",
         "grad_norm",
     ]
     expected = study.make_config(quick=True)
@@ -100,22 +109,32 @@ def test_files_and_results_schema(quick_dir):
     assert set(state["models"]) == {"single", "adaboost_m1", "adv_boost"}
     assert set(state["models"]["single"]) == MODEL_KEYS
     epochs = expected["epochs"]
-    assert len(state["grad_norm"]["single"]) == epochs * 2  # as many epochs as the two members together
+    assert state["grad_norm"]["single"] == [state["grad_norm"]["single"][0]]  # one fit
+    assert len(state["grad_norm"]["single"][0]) == epochs * 2  # as many epochs as the two members together
+    assert state["models"]["single"]["epochs"] == epochs * 2
     for name, extra_fits in (("adaboost_m1", 0), ("adv_boost", 1)):
         record = state["models"][name]
-        assert set(record) == MODEL_KEYS | {"estimator_weights"}
+        assert set(record) == BOOSTED_KEYS and record["epochs"] == epochs and record["asked"] == 2
         weights = record["estimator_weights"]
-        assert 1 <= len(weights) <= 2 and all(w > 0 for w in weights)
-        assert len(state["grad_norm"][name]) == epochs * (len(weights) + extra_fits)
-    for curve in state["grad_norm"].values():
-        assert all(math.isfinite(v) and v > 0 for v in curve)
-    assert len(state["results"]) == 3 * 2 * 3
+        assert 1 <= len(weights) <= 2 and all(w > 0 for w in weights) and record["members"] == len(weights)
+        assert (record["stop_reason"] is None) == (len(weights) == 2)
+        assert [len(fit) for fit in state["grad_norm"][name]] == [epochs] * (len(weights) + extra_fits)
+    for fits in state["grad_norm"].values():
+        assert all(math.isfinite(v) and v > 0 for fit in fits for v in fit)
+    assert len(state["results"]) == 3 * 3 * 3  # models x (worst case, fgsm, pgd) x epsilons
     assert all(list(row) == ["model", "attack", "eps", "accuracy"] for row in state["results"])
+    assert [r["attack"] for r in state["results"][:3]] == ["worst_case"] * 3
     with open(quick_dir / "results.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert [(r["model"], r["attack"], float(r["eps"]), float(r["accuracy"])) for r in rows] == [
         tuple(r.values()) for r in state["results"]
     ]
+    evaluated = {(e["model"], e["attack"], e["eps"]) for e in state["evaluations"]}
+    assert ("single", "standard", 0.1) in evaluated and ("adv_boost", "pgd", 0.1) in evaluated
+    for ev in state["evaluations"]:
+        assert set(ev) >= {"per_attack", "flags", "n_points", "seconds", "n_forwards", "n_gradients"}
+    boosted = next(e for e in state["evaluations"] if (e["model"], e["attack"]) == ("adv_boost", "standard"))
+    assert "apgd-ce/vote_margin" in boosted["per_attack"]  # ensemble-aware objectives on boosted models
 
 
 def test_accuracy_clean_at_eps_zero_and_under_attack(quick_dir):
@@ -129,6 +148,33 @@ def test_accuracy_clean_at_eps_zero_and_under_attack(quick_dir):
         assert pgd == sorted(pgd, reverse=True), (name, pgd)
         assert rows[name, "pgd", 0.3] < clean - 0.3  # the attack works: a plain CNN is not robust at 0.3
         assert rows[name, "pgd", 0.3] <= rows[name, "fgsm", 0.3] + 1 / 450
+        for e in (0.0, 0.1, 0.3):  # the worst case is at or below every attack
+            assert rows[name, "worst_case", e] <= min(rows[name, "fgsm", e], rows[name, "pgd", e])
+
+
+def test_samples_csv_agrees_with_the_worst_case(quick_dir):
+    state = _read(quick_dir)
+    with open(quick_dir / "samples.csv", newline="") as f:
+        samples = list(csv.DictReader(f))
+    assert len(samples) == 450 and list(samples[0])[:5] == [
+        "index",
+        "label",
+        "single_clean",
+        "single_eps",
+        "single_by",
+    ]
+    np.testing.assert_array_equal([int(r["label"]) for r in samples], study.load_digits().y_test)
+    rows = _rows(state)
+    for name in study.MODELS:
+        clean = np.array([int(r[f"{name}_clean"]) for r in samples])
+        assert clean.mean() == state["models"][name]["clean_accuracy"]
+        eps = np.array([float(r[f"{name}_eps"]) if r[f"{name}_eps"] else np.inf for r in samples])
+        by = [r[f"{name}_by"] for r in samples]
+        for e in (0.0, 0.1, 0.3):
+            assert np.mean(eps > e) == pytest.approx(rows[name, "worst_case", e])
+        assert all((b == "clean") == (c == 0) for b, c in zip(by, clean))
+        assert all((e == np.inf) == (b == "") for e, b in zip(eps, by))  # broken, and by what
+        assert {b.split(":")[0] for b in by if b} <= {"clean", "fgsm", "pgd", "standard"}
 
 
 def test_saved_models_are_the_trained_ones(quick_dir):
@@ -150,18 +196,29 @@ def test_table_names_backend_models_and_epsilons(quick_dir):
     table = study.format_table(_read(quick_dir))
     assert f"Keras backend: {BACKEND}" in table
     assert "fgsm accuracy" in table and "pgd accuracy" in table and "eps=0.3" in table
-    single = [line for line in table.splitlines() if line.startswith("single")]
+    lines = table.splitlines()
+    first = next(i for i, line in enumerate(lines) if "accuracy" in line and "eps=" in line)
+    assert lines[first].startswith("worst case accuracy")  # the table leads with the worst case
+    single = [line for line in lines if line.startswith("single ")]
     clean = _read(quick_dir)["models"]["single"]["clean_accuracy"]
-    assert len(single) == 2 and single[0].split()[1] == f"{clean:.3f}"
+    assert len(single) == 3 and single[0].split()[1] == f"{clean:.3f}"
+    assert "single 6 epochs" in table and "adaboost_m1 " in table and "/2 members x 3 epochs" in table
+    assert "Linf" in table and "pgd 10 steps" in table and "square 100 queries" in table
+    assert "warnings:" in table and "[one_network]" in table  # two members: one outvotes the other
+    files = study.format_table(_read(quick_dir), out=str(quick_dir))
+    assert str(quick_dir) in files and "samples.csv" in files and "robustness.png" in files
 
 
 def test_rerun_trains_and_attacks_nothing(quick_dir, tmp_path, monkeypatch):
     out = _copy(quick_dir, tmp_path)
     before = _read(out)
     _no_training(monkeypatch)
-    monkeypatch.setattr(evaluation, "robustness_curve", lambda *a, **k: pytest.fail("attacked again"))
-    result = study.run_study({"quick": True, "out": str(out)}, progress=False)
+    _no_attacks(monkeypatch)
+    told = []
+    result = study.run_study({"quick": True, "out": str(out)}, progress=False, log=told.append)
     assert result == before == _read(out)
+    assert len(told) == 4 and "reused 9 finished (model, eps) results" in told[-1]
+    assert all("reused the trained model" in line for line in told[:3])
 
 
 def test_resume_after_interrupted_training(quick_dir, tmp_path, monkeypatch):
@@ -169,7 +226,9 @@ def test_resume_after_interrupted_training(quick_dir, tmp_path, monkeypatch):
     state = _read(out)
     for key in ("models", "grad_norm"):  # as if adv_boost was being trained when the run stopped
         state[key].pop("adv_boost")
-    state["results"] = [r for r in state["results"] if r["model"] != "adv_boost"]
+    for key in ("results", "evaluations", "warnings"):
+        state[key] = [r for r in state[key] if r["model"] != "adv_boost"]
+    state["samples"].pop("adv_boost")
     _write(out, state)
     shutil.rmtree(out / "adv_boost")
     _no_training(monkeypatch)
@@ -186,6 +245,7 @@ def test_resume_after_interrupted_training(quick_dir, tmp_path, monkeypatch):
     assert calls == ["adv_boost"]  # the finished models were loaded, not retrained
     final, original = _read(out), _read(quick_dir)
     assert final["grad_norm"]["adv_boost"] == [1.0, 2.0]
+    assert final["samples"]["adv_boost"] == original["samples"]["adv_boost"]
     assert final["models"]["adv_boost"]["clean_accuracy"] == original["models"]["adv_boost"]["clean_accuracy"]
     assert _rows(final) == _rows(original)
     assert os.path.isfile(out / "adv_boost" / "boost.json")
@@ -194,33 +254,38 @@ def test_resume_after_interrupted_training(quick_dir, tmp_path, monkeypatch):
 def test_resume_after_interrupted_attacks(quick_dir, tmp_path, monkeypatch):
     out = _copy(quick_dir, tmp_path)
     state = _read(out)
-    finished = {("single", "fgsm"), ("single", "pgd"), ("adv_boost", "fgsm")}
-    kept = [r for r in state["results"] if (r["model"], r["attack"]) in finished]
-    _write(out, {**state, "results": kept})
-    for name in ("results.csv", "robustness.png"):
+    finished = {("single", 0.0), ("single", 0.1), ("single", 0.3), ("adv_boost", 0.0)}
+    kept = [r for r in state["results"] if (r["model"], r["eps"]) in finished]
+    evaluations = [e for e in state["evaluations"] if e["model"] == "single"]
+    samples = {"single": state["samples"]["single"], "adv_boost": _attack.new_record(
+        state["samples"]["adv_boost"]["clean"], state["config"]["attacks"])}  # fmt: skip
+    _write(out, {**state, "results": kept, "evaluations": evaluations, "warnings": [], "samples": samples})
+    for name in ("results.csv", "robustness.png", "samples.csv"):
         os.remove(out / name)
     _no_training(monkeypatch)
-    real, calls = evaluation.robustness_curve, []
+    real, calls = _attack.evaluate, []
 
-    def interrupted(model, x, y, *, attack, epsilons, **kwargs):
-        calls.append(attack)
-        if len(calls) == 2:
+    def interrupted(model, x, y, *, eps, attacks, **kwargs):
+        calls.append((eps, attacks))
+        if len(calls) == 4:  # adaboost_m1 at eps 0.1 (fgsm, pgd, standard) finished, then eps 0.3
             raise KeyboardInterrupt
-        return real(model, x, y, attack=attack, epsilons=epsilons, **kwargs)
+        return real(model, x, y, eps=eps, attacks=attacks, **kwargs)
 
-    monkeypatch.setattr(evaluation, "robustness_curve", interrupted)
+    monkeypatch.setattr(_attack, "evaluate", interrupted)
     assert cli.main(["study", "--quick", "--no-progress", "--out", str(out)]) == 130
-    assert len(_read(out)["results"]) == len(kept) + 3  # the finished curve was saved
+    assert len(_read(out)["results"]) == len(kept) + 2 * 3  # adaboost_m1 at eps 0 and 0.1 were saved
     calls.clear()
 
-    def counted(*args, **kwargs):
-        calls.append(kwargs["attack"])
-        return real(*args, **kwargs)
+    def counted(model, x, y, *, eps, attacks, **kwargs):
+        calls.append(eps)
+        return real(model, x, y, eps=eps, attacks=attacks, **kwargs)
 
-    monkeypatch.setattr(evaluation, "robustness_curve", counted)
+    monkeypatch.setattr(_attack, "evaluate", counted)
     assert cli.main(["study", "--quick", "--no-progress", "--out", str(out)]) == 0
-    assert calls == ["pgd", "pgd"]  # adaboost_m1 pgd and adv_boost pgd: the only curves left
-    assert _rows(_read(out)) == _rows(_read(quick_dir))
+    assert sorted(set(calls)) == [0.1, 0.3] and calls[0] == 0.3  # adaboost_m1 resumes at eps 0.3
+    final, original = _read(out), _read(quick_dir)
+    assert _rows(final) == _rows(original)
+    assert final["samples"] == original["samples"]
     assert set(os.listdir(out)) == FILES
 
 
@@ -242,3 +307,31 @@ def test_changed_config_backend_or_data_is_refused(quick_dir, tmp_path, capsys):
         _outdir.open_out(str(out), config, BACKEND, "0" * 64)
     assert (out / "results.json").read_bytes() == snapshot["results.json"]
     assert (out / "results.csv").read_bytes() == snapshot["results.csv"]
+
+
+def _separable(n=120, seed=0):
+    """Two classes on a line, apart by a gap 0.4..0.6 (a perfect clean fit), as two identical features."""
+    rng = np.random.RandomState(seed)
+    y = np.arange(n) % 2
+    t = np.where(y == 0, rng.uniform(0.0, 0.4, n), rng.uniform(0.6, 1.0, n)).astype(np.float32)
+    return np.stack([t, t], axis=1), y
+
+
+def _linear():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile(keras.optimizers.Adam(0.1), "sparse_categorical_crossentropy")
+    return model
+
+
+def test_adversarial_rounds_are_judged_on_their_adversarial_examples():
+    x, y = _separable()
+    options = {"n_estimators": 2, "fit_kwargs": {"epochs": 40, "verbose": 0}, "random_state": 0, "verbose": 0}
+    clean = gradkit.AdaBoostM1(_linear, **options).fit(x, y)
+    assert len(clean.estimators_) == 1 and clean.stop_reason_ == "round 1 perfect (weighted error 0)"
+    adversarial = {"attack": "pgd", "eps": 0.15, "steps": 5, "eps_step": 0.075, "clip_values": (0, 1)}
+    robust = gradkit.AdaBoostM1(_linear, adversarial=adversarial, **options).fit(x, y)
+    member = robust.estimators_[0]
+    assert np.mean(member.predict(x, verbose=0).argmax(1) == y) == 1.0  # perfect on clean data ...
+    assert 0 < robust.estimator_errors_[0] < 0.5  # ... yet the round's error counts its PGD examples
+    # so boosting went on to round 2 (which a linear learner may fail: then the reason says so)
+    assert len(robust.estimators_) == 2 or robust.stop_reason_.startswith("round 2 worse than random")

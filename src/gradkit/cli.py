@@ -15,9 +15,10 @@ import sys
 from gradkit import __version__, study
 
 _EXAMPLE = """examples:
-  gradkit study --out runs/demo                     digits, CNN, 3 models, FGSM and PGD (a few minutes)
+  gradkit study --out runs/demo                     digits, CNN, 3 models, FGSM, PGD, standard (< 4 min)
   gradkit study --quick --out runs/quick            small and fast (under a minute)
   gradkit study --dataset data.npz --model mlp      arrays x_train, y_train, x_test, y_test
+  gradkit study --dataset cifar10 --quick           Keras' CIFAR-10 loader (downloads once)
 
 The backend is Keras' (KERAS_BACKEND=tensorflow|jax|torch); the table at the end names it.
 A rerun with the same options and --out resumes: finished models and rows are not redone."""
@@ -71,7 +72,7 @@ def build_parser():
         "study",
         help="train a single network, AdaBoost.M1 and adversarial boosting; attack them; report",
         description="Train `single`, `adaboost_m1` and `adv_boost`, attack each at every eps, and write\n"
-        "results.json, results.csv, robustness.png, grad_norm.png and the models to --out.",
+        "results.json, results.csv, samples.csv, robustness.png, grad_norm.png and the models to --out.",
         epilog=_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -81,7 +82,8 @@ def build_parser():
         "--quick",
         action="store_true",
         help=f"{quick['n_estimators']} members x {quick['epochs']} epochs, "
-        f"epsilons {_csv(quick['epsilons'])}, at most {n_train}/{n_test} train/test samples "
+        f"epsilons {_csv(quick['epsilons'])}, {quick['apgd_steps']} APGD steps, {quick['square_queries']} "
+        f"Square queries, at most {n_train}/{n_test} train/test samples "
         "(explicit options still win)",
     )
     command.add_argument(
@@ -98,19 +100,21 @@ def _add_study_options(add, defaults):
     """The options that map onto `gradkit.study.make_config`'s keys; their help shows `defaults`."""
     add(
         "--dataset",
-        help=f'"digits" (no download), "mnist" (Keras loader) or a .npz file '
-        f"(default: {defaults['dataset']})",
+        help=f'"digits" (no download), "mnist", "fashion_mnist", "cifar10" (Keras loaders) or a .npz '
+        f"file (default: {defaults['dataset']})",
     )
     add("--model", choices=["cnn", "mlp"], help=f"network of every model (default: {defaults['model']})")
     add(
         "--epsilons",
         type=_number_list(float),
-        help=f"comma-separated eps >= 0 in [0, 1] units (default: {_csv(defaults['epsilons'])})",
+        help=f"comma-separated Linf eps >= 0 in input units, inputs in [0, 1] "
+        f"(default: {_csv(defaults['epsilons'])})",
     )
     add(
         "--attacks",
         type=_word_list,
-        help=f"comma-separated, from fgsm, pgd (default: {_csv(defaults['attacks'])})",
+        help="comma-separated, from fgsm, pgd, apgd-ce, apgd-t, square, standard (gradkit.evaluate); "
+        f"the table leads with the per-sample worst case (default: {_csv(defaults['attacks'])})",
     )
     add("--n-estimators", type=int, help=f"boosting rounds (default: {defaults['n_estimators']})")
     add(
@@ -129,8 +133,29 @@ def _add_study_options(add, defaults):
         type=int,
         help=f"PGD steps, eps_step = 2.5 eps / steps (default: {defaults['pgd_steps']})",
     )
-    add("--adv-eps", type=float, help=f"FGSM eps of adversarial boosting (default: {defaults['adv_eps']})")
+    _add_attack_options(add, defaults)
     add("--out", help=f"output directory (default: {defaults['out']})")
+
+
+def _add_attack_options(add, defaults):
+    """The options of the attacks and of adversarial boosting."""
+    add(
+        "--apgd-steps",
+        type=int,
+        help=f"APGD steps (apgd-ce, apgd-t, standard) (default: {defaults['apgd_steps']})",
+    )
+    add(
+        "--square-queries",
+        type=int,
+        help=f"Square queries (square, standard) (default: {defaults['square_queries']})",
+    )
+    add(
+        "--adv-attack",
+        choices=["pgd", "fgsm"],
+        help=f"attack of adversarial boosting's rounds (default: {defaults['adv_attack']})",
+    )
+    add("--adv-eps", type=float, help=f"eps of adversarial boosting (default: {defaults['adv_eps']})")
+    add("--adv-steps", type=int, help=f"PGD steps of adversarial boosting (default: {defaults['adv_steps']})")
 
 
 def use_devices(n):
@@ -179,15 +204,19 @@ def main(argv=None):
         print(f"gradkit study: error: {err}", file=sys.stderr)
         return 2
     try:
-        result = study.run_study(options, progress=not args.no_progress)
+        result = study.run_study(options, progress=not args.no_progress, log=_tell)
     except (study.ConfigError, study.DatasetError) as err:
         print(f"gradkit study: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gradkit study: interrupted; rerun the same command to resume.", file=sys.stderr)
         return 130
-    print(study.format_table(result))
+    print(study.format_table(result, out=args.out or study.DEFAULTS["out"]))
     return 0
+
+
+def _tell(message):
+    print(f"gradkit study: {message}", file=sys.stderr)
 
 
 if __name__ == "__main__":

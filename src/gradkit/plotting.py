@@ -20,12 +20,9 @@ _KEYS = ("model", "attack", "eps", "accuracy")
 _STYLES = ("o-", "s--", "^:", "d-.")
 
 
-def _check_title(title):
+def _check(path, title):
     if title is not None and not isinstance(title, str):
         raise TypeError(f"`title` must be a str or None. Received: title={title!r}")
-
-
-def _check_path(path):
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"`path` must be a str or os.PathLike. Received: path={path!r}")
     path = os.fspath(path)
@@ -43,7 +40,7 @@ def _save(fig, path):
 def _figure():
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=SIZE, dpi=DPI)
+    fig = Figure(figsize=SIZE, dpi=DPI)  # a bare Figure: pyplot's state is left alone
     return fig, fig.subplots()
 
 
@@ -75,22 +72,21 @@ def _cell(text):
 def _is_step_log(source):
     """True for a `gradkit.GradientNormCallback` (its `steps`: {name: [[value per step] per epoch]}),
     recognised by that attribute so that plotting imports no layer above it."""
-    return not isinstance(source, (dict, str, os.PathLike)) and isinstance(
-        getattr(source, "steps", None), dict
-    )
+    steps = getattr(source, "steps", None)
+    return not isinstance(source, (dict, str, os.PathLike)) and isinstance(steps, dict)
 
 
 def _curves(source):
-    """(x label, {curve label: (x, y)}, epoch boundaries) from any accepted `source`."""
+    """(x label, {curve label: (x, y)}, {curve label: [x where an epoch or fit starts]}) from `source`."""
     if _is_step_log(source):
         if not source.steps:
             raise ValueError("`source` GradientNormCallback has recorded no steps yet (train with it first).")
-        curves, bounds = {}, []
+        curves, bounds = {}, {}
         for key, epochs in source.steps.items():
             y = np.asarray([v for epoch in epochs for v in epoch], np.float64)
             curves[key] = (np.arange(1, y.size + 1), y)
-            bounds = np.cumsum([len(e) for e in epochs])[:-1] + 0.5
-        return "step", curves, list(bounds)
+            bounds[key] = list(np.cumsum([len(e) for e in epochs])[:-1] + 0.5)
+        return "step", curves, bounds
     if isinstance(source, (str, os.PathLike)):
         if not os.path.isfile(source):
             raise ValueError(f"`source` names no file (expected a CSVLogger file). Received: {source!r}")
@@ -110,13 +106,36 @@ def _curves(source):
                 "`source` is a training history without 'grad_norm': train with "
                 f"gradkit.GradientNormCallback. Found keys: {sorted(map(str, source))}"
             )
-    else:  # {model name: per-epoch values}
+    else:  # {model name: per-epoch values, or one list per fit}
         keys = list(source)
-    curves = {}
+    curves, starts = {}, {}
     for key in keys:
-        y = _values(source[key], f"`source[{key!r}]`")
+        values = source[key]
+        fits = [values] if _flat(values) else list(values)
+        y = _values([v for fit in fits for v in fit], f"`source[{key!r}]`")
         curves[str(key)] = (np.arange(1, y.size + 1), y)
-    return "epoch", curves, []
+        starts[str(key)] = list(np.cumsum([len(fit) for fit in fits])[:-1] + 0.5)
+    return "epoch", curves, starts
+
+
+def _flat(values):  # True unless `values` is a sequence of sequences (one list per fit)
+    return isinstance(values, np.ndarray) or not any(isinstance(v, (list, tuple, np.ndarray)) for v in values)
+
+
+def _ticks(ax, y):
+    """Integer epochs on x; plain 3-digit labels on the log y axis, more ticks on a narrow range."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter, ScalarFormatter
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    finite = y[np.isfinite(y) & (y > 0)]
+    ratio = finite.max() / finite.min() if finite.size else np.inf
+    if ratio < 3:  # log ticks would be one or none: evenly spaced ones, plain decimals
+        ax.yaxis.set_major_locator(MaxNLocator(5))
+    elif ratio < 100:
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    plain = ScalarFormatter(useOffset=False) if ratio < 3 else FuncFormatter(lambda v, _: f"{v:.3g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def plot_grad_norm(source, path, *, title=None):
@@ -129,7 +148,9 @@ def plot_grad_norm(source, path, *, title=None):
             - a path to a `keras.callbacks.CSVLogger` file: the same columns;
             - a `gradkit.GradientNormCallback`: its per-step values, dotted lines between epochs;
             - a dict `{name: per-epoch values}` (no `"grad_norm"` or `"loss"` key): one curve per name,
-              e.g. several models' `history["grad_norm"]`.
+              e.g. several models' `history["grad_norm"]`; a value may also be a list of lists, one
+              per fit (a boosted model's members): drawn end to end, each fit's start marked by a
+              dotted line in the curve's colour.
         path: str or PathLike ending in `.png`; missing folders are created; replaced atomically.
         title: optional title. Defaults to "Gradient norm".
 
@@ -143,19 +164,20 @@ def plot_grad_norm(source, path, *, title=None):
         ValueError: `path` not ending in `.png`; a missing CSV file; a history without `grad_norm`;
             empty or non-1-D value lists.
     """
-    path = _check_path(path)
-    _check_title(title)
+    path = _check(path, title)
     xlabel, curves, bounds = _curves(source)
     fig, ax = _figure()
-    for label, (x, y) in curves.items():
+    for i, (label, (x, y)) in enumerate(curves.items()):
         y = np.where(np.isfinite(y) & (y > 0), y, np.nan)
-        ax.plot(x, y, marker="." if y.size < 50 else None, label=label)
-    for b in bounds:
-        ax.axvline(b, color="0.8", linestyle=":", linewidth=0.8)
+        cuts = [int(b - 0.5) for b in bounds[label]] if xlabel == "epoch" else []
+        for k, part in enumerate(np.split(np.arange(y.size), cuts)):  # one line per fit (member)
+            style = {"marker": "." if y.size < 50 else None, "color": f"C{i % 10}"}
+            ax.plot(x[part], y[part], label=None if k else label, **style)
+        for b in bounds[label]:  # where each epoch (steps) or each fit (a boosted model's members) starts
+            ax.axvline(b, color=f"C{i % 10}", linestyle=":", linewidth=0.8)
     ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("gradient L2 norm")
-    ax.set_title(title or "Gradient norm")
+    _ticks(ax, np.concatenate([y for _, y in curves.values()]))
+    ax.set(xlabel=xlabel, ylabel="gradient L2 norm", title=title or "Gradient norm")
     ax.legend(fontsize="small")
     fig.tight_layout()
     return _save(fig, path)
@@ -185,7 +207,7 @@ def _check_results(results):
     return groups
 
 
-def plot_robustness(results, path, *, title=None):
+def plot_robustness(results, path, *, title=None, xlabel=None, bold="worst_case"):
     """Writes a PNG of accuracy vs attack strength: one line per (model, attack).
 
     Args:
@@ -194,6 +216,10 @@ def plot_robustness(results, path, *, title=None):
             (model, attack, eps). Points of a line are sorted by eps.
         path: str or PathLike ending in `.png`; missing folders are created; replaced atomically.
         title: optional title. Defaults to "Robustness".
+        xlabel: optional x-axis label (say the norm and units of eps). Defaults to
+            "eps (perturbation budget)".
+        bold: the attack whose lines are drawn boldest (solid, thick), shown as "worst case" when it is
+            "worst_case". Defaults to "worst_case".
 
     Returns:
         str, the path written (640 x 400 pixels).
@@ -203,20 +229,20 @@ def plot_robustness(results, path, *, title=None):
         ValueError: a missing key, a non-finite or out-of-range eps/accuracy, a repeated
             (model, attack, eps), `path` not ending in `.png`.
     """
-    path = _check_path(path)
-    _check_title(title)
+    path = _check(path, title)
     groups = _check_results(results)
     fig, ax = _figure()
     models = list(dict.fromkeys(model for model, _ in groups))
     attacks = list(dict.fromkeys(attack for _, attack in groups))
+    others = [a for a in attacks if a != bold]
     for (model, attack), points in groups.items():  # colour per model, line style per attack
         eps = sorted(points)
-        style = _STYLES[attacks.index(attack) % len(_STYLES)]
-        color = f"C{models.index(model) % 10}"
-        ax.plot(eps, [points[e] for e in eps], style, color=color, label=f"{model} / {attack}")
-    ax.set_xlabel("eps (perturbation budget)")
-    ax.set_ylabel("accuracy")
-    ax.set_ylim(-0.02, 1.02)
+        strong = attack == bold
+        style = "o-" if strong else _STYLES[(others.index(attack) + 1) % len(_STYLES)]
+        name, color = "worst case" if attack == "worst_case" else attack, f"C{models.index(model) % 10}"
+        ax.plot(eps, [points[e] for e in eps], style, color=color, linewidth=3 if strong else 1,
+                alpha=1 if strong else 0.7, label=f"{model} / {name}")  # fmt: skip
+    ax.set(xlabel=xlabel or "eps (perturbation budget)", ylabel="accuracy", ylim=(-0.02, 1.02))
     ax.grid(True, alpha=0.3)
     ax.set_title(title or "Robustness")
     ax.legend(fontsize="small")

@@ -5,30 +5,39 @@ The study trains three models on one data set (`load_dataset`), all with `Gradie
 - `single`: one network trained for `epochs * n_estimators` epochs, as many as AdaBoost.M1's members
   together;
 - `adaboost_m1`: `AdaBoostM1` with `n_estimators` rounds of `epochs` epochs;
-- `adv_boost`: the same with `adversarial={"attack": "fgsm", "eps": adv_eps, "clip_values": (0, 1)}`:
-  each round also trains on FGSM examples against the ensemble so far (see `gradkit.SAMME`).
+- `adv_boost`: the same with `adversarial={"attack": "pgd", "eps": adv_eps, "steps": adv_steps, ...}`:
+  each round also trains on PGD examples against the ensemble so far, and its weighted error counts a
+  point as wrong when the member gets it or its adversarial copy wrong (see `gradkit.AdaBoostM1`).
 
-Then it attacks each model with each attack at each eps through `robustness_curve`
-(`clip_values=(0, 1)`; PGD with `pgd_steps` steps, `eps_step = 2.5 * eps / pgd_steps`, random start
-seeded with `seed`) and writes to the output directory:
+Then it attacks each model at each eps (Linf, in input units, `clip_values=(0, 1)`) with each of
+`attacks`: "fgsm", "pgd" (`pgd_steps`, `eps_step = 2.5 * eps / pgd_steps`), "apgd-ce", "apgd-t",
+"square" and "standard" (`gradkit.evaluate`'s cascade, ensemble-aware on boosted models), all through
+`gradkit.evaluate`. Per test point it keeps the smallest eps at which each attack fooled it; a point
+broken at eps e stays broken at larger eps, so each eps attacks only the points still robust, and
+"standard" runs last on the points no attack broke. The table and the plot lead with the per-sample
+worst case. The output directory holds:
 
     config.json          the configuration, backend and a data fingerprint (a rerun must match them)
-    results.json         config, backend, dataset, n_train, n_test, models, results, grad_norm
-    results.csv          the result rows: model, attack, eps, accuracy
-    robustness.png       accuracy vs eps, one line per model and attack
-    grad_norm.png        per-epoch gradient norm of each model during training
+    results.json         config, backend, dataset, n_train, n_test, models, results, evaluations,
+                         warnings, samples, grad_norm
+    results.csv          the result rows: model, attack ("worst_case", "fgsm", ...), eps, accuracy
+    samples.csv          per test point: label, and per model clean correct, the smallest eps that
+                         broke it and by which attack
+    robustness.png       accuracy vs eps, one line per model and attack, the worst case boldest
+    grad_norm.png        per-epoch gradient norm of each model, each member's start marked
     single.keras         the single network; adaboost_m1/, adv_boost/: `gradkit.load`-able directories
 
-`grad_norm[name]` holds the epoch means of `grad_norm`, in training order; for an ensemble, its members'
-curves one after the other (round 0 of `adv_boost` fits twice: clean, then clean + adversarial).
+`grad_norm[name]` holds one list of epoch means of `grad_norm` per `fit` (round 0 of `adv_boost` fits
+twice: clean, then clean + adversarial).
 
-Every file is written atomically, and results.json after each model and each (model, attack) curve, so
-an interrupted run resumes: rerun it with the same `out` and configuration, and finished models are
-loaded instead of retrained and finished rows are kept.
+Every file is written atomically, and results.json after each model and each (model, eps), so an
+interrupted run resumes: rerun it with the same `out` and configuration, and finished models are
+loaded instead of retrained and finished results are kept (`run_study(..., log=print)` says so).
 
 Modules: `_config` (the Keras-free configuration, the single source of defaults), `_datasets`,
-`_run` (the orchestration), `_train`, `_models` (the model zoo and model files), `_outdir` (the output
-folder), `_table`. The configuration, the data sets and the table import no Keras; `run_study` and
+`_keras_data` (MNIST, Fashion-MNIST, CIFAR-10), `_run` (the orchestration), `_train`, `_attack`
+(the attacks and the per-sample worst case), `_models` (the model zoo and model files), `_outdir`
+(the output folder), `_table`. The configuration, the data sets and the table import no Keras; `run_study` and
 `build_model` are loaded on first use, so `import gradkit.study` (and `gradkit study --help`) loads no
 backend.
 
@@ -39,6 +48,8 @@ References:
     https://arxiv.org/abs/1412.6572 (FGSM, adversarial training).
     Madry, Makelov, Schmidt, Tsipras & Vladu (2018), "Towards deep learning models resistant to
     adversarial attacks", ICLR, https://arxiv.org/abs/1706.06083 (PGD).
+    Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
+    parameter-free attacks", ICML, https://arxiv.org/abs/2003.01690 (the standard evaluation).
 """
 
 import importlib

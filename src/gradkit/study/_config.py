@@ -17,11 +17,21 @@ from gradkit import _checks
 from gradkit.study._datasets import check_name
 
 MODELS = ("single", "adaboost_m1", "adv_boost")
-ATTACKS = ("fgsm", "pgd")
+ATTACKS = ("fgsm", "pgd", "apgd-ce", "apgd-t", "square", "standard")
+ADV_ATTACKS = ("pgd", "fgsm")
 NETWORKS = ("cnn", "mlp")
-QUICK = {"epsilons": [0.0, 0.1, 0.3], "n_estimators": 2, "epochs": 3}
+QUICK = {"epsilons": [0.0, 0.1, 0.3], "n_estimators": 2, "epochs": 3, "apgd_steps": 5, "square_queries": 100}
 QUICK_SUBSET = (2000, 1000)  # at most this many train / test samples with quick=True
-_MINIMUM = {"n_estimators": 1, "epochs": 1, "seed": 0, "batch_size": 1, "pgd_steps": 1}
+_MINIMUM = {
+    "n_estimators": 1,
+    "epochs": 1,
+    "seed": 0,
+    "batch_size": 1,
+    "pgd_steps": 1,
+    "apgd_steps": 1,
+    "square_queries": 1,
+    "adv_steps": 1,
+}
 
 
 class ConfigError(ValueError):
@@ -76,9 +86,8 @@ def _attacks(attacks):
     """The attack names in first-seen order, duplicates dropped."""
     listed = _listed(attacks)
     if not listed or any(a not in ATTACKS for a in listed):
-        raise ConfigError(
-            f'`attacks` must be a non-empty list of "fgsm", "pgd". Received: attacks={attacks!r}'
-        )
+        names = ", ".join(f'"{a}"' for a in ATTACKS)
+        raise ConfigError(f"`attacks` must be a non-empty list of {names}. Received: attacks={attacks!r}")
     return tuple(dict.fromkeys(listed))
 
 
@@ -88,35 +97,47 @@ class StudyConfig:
 
     Attributes:
         out: output directory (str). Defaults to "runs/study".
-        dataset: "digits", "mnist" or a path ending in ".npz" (see `load_dataset`). Defaults to "digits".
+        dataset: "digits", "mnist", "fashion_mnist", "cifar10" or a path ending in ".npz" (see
+            `load_dataset`). Defaults to "digits".
         model: the network of every model, "cnn" or "mlp". Defaults to "cnn".
-        epsilons: tuple of finite floats >= 0 in input units (inputs lie in [0, 1]), sorted and
-            deduplicated. Defaults to (0, 0.02, 0.05, 0.1, 0.2, 0.3).
-        attacks: non-empty tuple from "fgsm", "pgd", duplicates dropped. Defaults to both.
+        epsilons: tuple of finite floats >= 0, Linf budgets in input units (inputs lie in [0, 1]),
+            sorted and deduplicated. Defaults to (0, 0.02, 0.05, 0.1, 0.2, 0.3).
+        attacks: non-empty tuple from `ATTACKS`, duplicates dropped: "fgsm", "pgd" (`pgd_steps`),
+            "apgd-ce", "apgd-t" (`apgd_steps`), "square" (`square_queries`) and "standard"
+            (`gradkit.evaluate`: APGD-CE, APGD-T, Square; on boosted models each gradient attack with
+            the objectives "loss_sum" and "vote_margin"). Defaults to ("fgsm", "pgd", "standard").
         n_estimators: boosting rounds, int >= 1. Defaults to 5.
         epochs: epochs per member, int >= 1 (`single` trains `epochs * n_estimators`). Defaults to 4.
         seed: int >= 0: the digits split, the initial weights, PGD's random start. Defaults to 0.
         batch_size: training batch size, int >= 1. Defaults to 32.
         pgd_steps: PGD steps, int >= 1; `eps_step = 2.5 * eps / pgd_steps`. Defaults to 10.
-        adv_eps: the FGSM eps of adversarial boosting, a finite float >= 0. Defaults to 0.1.
+        apgd_steps: APGD iterations (per target class for APGD-T), int >= 1. Defaults to 10.
+        square_queries: Square's query budget, int >= 1. Defaults to 200.
+        adv_attack: the attack of adversarial boosting's rounds, "pgd" or "fgsm". Defaults to "pgd".
+        adv_eps: its eps, a finite float >= 0. Defaults to 0.1.
+        adv_steps: its steps ("pgd"), int >= 1. Defaults to 5.
         quick: whether `QUICK` and `QUICK_SUBSET` apply (see `from_options`). Defaults to False.
 
     Raises:
         ConfigError: a value outside the ranges above (also a TypeError for a wrong type).
-        DatasetError: a `dataset` that is neither "digits", "mnist" nor a ".npz" path.
+        DatasetError: a `dataset` that is not a known name nor a ".npz" path.
     """
 
     out: str = "runs/study"
     dataset: str = "digits"
     model: str = "cnn"
     epsilons: tuple = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3)
-    attacks: tuple = ATTACKS
+    attacks: tuple = ("fgsm", "pgd", "standard")
     n_estimators: int = 5
     epochs: int = 4
     seed: int = 0
     batch_size: int = 32
     pgd_steps: int = 10
+    apgd_steps: int = 10
+    square_queries: int = 200
+    adv_attack: str = "pgd"
     adv_eps: float = 0.1
+    adv_steps: int = 5
     quick: bool = False
 
     def __post_init__(self):
@@ -130,6 +151,7 @@ class StudyConfig:
                 key: _checked(_checks.check_int, getattr(self, key), key, minimum=low)
                 for key, low in _MINIMUM.items()
             },
+            "adv_attack": _checked(_checks.check_choice, self.adv_attack, "adv_attack", ADV_ATTACKS),
             "adv_eps": _nonnegative([self.adv_eps], "adv_eps")[0],
             "quick": _checked(_checks.check_flag, self.quick, "quick"),
         }
@@ -170,15 +192,15 @@ def make_config(**options):
 
     Args:
         **options: any of `DEFAULTS`' keys (see `StudyConfig`); None means "the default". `quick`:
-            bool (2 members of 3 epochs, epsilons 0, 0.1, 0.3, at most 2,000/1,000 train/test samples;
-            explicit options still win).
+            bool (2 members of 3 epochs, epsilons 0, 0.1, 0.3, 5 APGD steps, 100 Square queries, at
+            most 2,000/1,000 train/test samples; explicit options still win).
 
     Returns:
         dict with every key of `DEFAULTS`, in that order; `epsilons` and `attacks` as lists.
 
     Raises:
         ConfigError: an unknown key or a value outside its range (also a TypeError for a wrong type).
-        DatasetError: a `dataset` that is neither "digits", "mnist" nor a ".npz" path.
+        DatasetError: a `dataset` that is not a known name nor a ".npz" path.
 
     Example:
         >>> make_config(quick=True, epochs=1)["epsilons"]

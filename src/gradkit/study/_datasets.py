@@ -1,4 +1,4 @@
-"""Data sets for `gradkit study`: scikit-learn digits, MNIST and `.npz` files, validated, in [0, 1].
+"""Data sets for `gradkit study`: digits, MNIST, Fashion-MNIST, CIFAR-10 and `.npz` files, in [0, 1].
 
 Every loader returns a `Dataset` of float32 inputs in [0, 1] (the `clip_values` the study's attacks
 use) and int64 class ids 0..K-1. Images have the shape `(n, height, width, channels)`; an `.npz` file
@@ -17,7 +17,10 @@ import os
 
 import numpy as np
 
+from gradkit.study import _keras_data
+
 NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
+KERAS_DATASETS = tuple(_keras_data.LOADERS)  # loaded through keras.datasets
 
 
 class DatasetError(ValueError):
@@ -44,12 +47,13 @@ class Dataset:
 
 
 def load_dataset(name, *, test_size=0.25, seed=0):
-    """Loads the data set `name`: "digits", "mnist", or a path ending in ".npz".
+    """Loads the data set `name`: "digits", "mnist", "fashion_mnist", "cifar10", or a path ending in ".npz".
 
     Args:
-        name: "digits" (scikit-learn's 1,797 8x8 digits, no download), "mnist" (Keras' loader,
-            60,000/10,000 28x28 images, downloaded once to ~/.keras/datasets), or a `.npz` path
-            (see `load_npz`).
+        name: "digits" (scikit-learn's 1,797 8x8 digits, no download); "mnist", "fashion_mnist"
+            (60,000/10,000 28x28x1 images) or "cifar10" (50,000/10,000 32x32x3 images) through
+            `keras.datasets` (downloaded once to ~/.keras/datasets, see `load_keras`); or a `.npz`
+            path (see `load_npz`).
         test_size: fraction of the digits held out for testing, in (0, 1). Defaults to 0.25.
         seed: int >= 0, seed of the stratified digits split. Defaults to 0.
 
@@ -57,24 +61,49 @@ def load_dataset(name, *, test_size=0.25, seed=0):
         A `Dataset`.
 
     Raises:
-        DatasetError: an unknown name, MNIST unavailable (offline and not cached), or a bad `.npz`.
+        DatasetError: an unknown name, a Keras data set unavailable (offline and not cached), or a
+            bad `.npz`.
     """
     name = check_name(name)
     if name == "digits":
         return load_digits(test_size=test_size, seed=seed)
-    if name == "mnist":
-        return load_mnist()
+    if name in KERAS_DATASETS:
+        return load_keras(name)
     return load_npz(name)
 
 
+def load_keras(name):
+    """ "mnist", "fashion_mnist" or "cifar10" through `keras.datasets` (see `_keras_data.read`), scaled
+    by 1/255; grey images get a channel axis: `(n, 28, 28, 1)` or `(n, 32, 32, 3)`, labels `(n,)`.
+
+    Raises:
+        DatasetError: the loader failed (typically offline with no cached copy in ~/.keras/datasets).
+    """
+    try:
+        arrays = _keras_data.read(name)
+    except _keras_data.Unavailable as err:
+        raise DatasetError(str(err)) from err.__cause__
+    return _make(name, *arrays)
+
+
+def load_mnist():
+    """MNIST through `keras.datasets.mnist.load_data()`, scaled by 1/255, images `(n, 28, 28, 1)`.
+
+    Raises:
+        DatasetError: the loader failed (typically offline with no cached copy in ~/.keras/datasets).
+    """
+    return load_keras("mnist")
+
+
 def check_name(name):
-    """`name` as a str if it is "digits", "mnist" or a path ending in ".npz"; else DatasetError."""
+    """`name` as a str if it is "digits", in `KERAS_DATASETS` or a path ending in .npz; else DatasetError."""
     if isinstance(name, (str, os.PathLike)):
         name = os.fspath(name)
-        if name in ("digits", "mnist") or name.endswith(".npz"):
+        if name == "digits" or name in KERAS_DATASETS or name.endswith(".npz"):
             return name
     raise DatasetError(
-        f'`dataset` must be "digits", "mnist" or a path to a .npz file. Received: dataset={name!r}'
+        '`dataset` must be "digits", "mnist", "fashion_mnist", "cifar10" or a path to a .npz file. '
+        f"Received: dataset={name!r}"
     )
 
 
@@ -98,25 +127,6 @@ def load_digits(*, test_size=0.25, seed=0):
         x, y, test_size=test_size, stratify=y, random_state=seed
     )
     return Dataset("digits", x_train, y_train, x_test, y_test, 10)
-
-
-def load_mnist():
-    """MNIST through `keras.datasets.mnist.load_data()`, scaled by 1/255, images `(n, 28, 28, 1)`.
-
-    Raises:
-        DatasetError: the loader failed (typically offline with no cached copy in ~/.keras/datasets).
-    """
-    import keras
-
-    try:
-        (x_train, y_train), (x_test, y_test) = keras.datasets.mnist.load_data()
-    except Exception as err:  # noqa: BLE001 - any download or cache failure gets the same advice
-        raise DatasetError(
-            "Could not load MNIST with keras.datasets.mnist.load_data(): "
-            f"{type(err).__name__}: {err}. The first use downloads mnist.npz (11 MB) into "
-            "~/.keras/datasets; offline, copy that file there, or pass --dataset path/to/file.npz."
-        ) from err
-    return _make("mnist", x_train, y_train, x_test, y_test)
 
 
 def load_npz(path):
@@ -175,9 +185,7 @@ def _check_x(x, name):
             f"`{name}` must be a non-empty numeric array (n, d), (n, h, w) or (n, h, w, c). "
             f"Received: shape={x.shape}, dtype={x.dtype}"
         )
-    if x.dtype == np.uint8:
-        x = x / 255.0
-    x = x.astype(np.float32)
+    x = x.astype(np.float32) / np.float32(255) if x.dtype == np.uint8 else x.astype(np.float32)
     if not np.all(np.isfinite(x)):
         raise DatasetError(f"`{name}` contains NaN or inf.")
     if x.min() < 0 or x.max() > 1:

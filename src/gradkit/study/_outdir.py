@@ -3,6 +3,8 @@
     config.json     {"config", "backend", "data_sha256"}: a rerun resumes only if all three match
     results.json    the state `run_study` returns, rewritten after each model and each curve
     results.csv     the result rows: model, attack, eps, accuracy
+    samples.csv     one row per test sample: label, and per model clean correct, the smallest eps
+                    that broke it (empty: none did) and the attack that did
 
 Every file is written atomically through `gradkit._io` (a temporary file, then `os.replace`).
 """
@@ -91,8 +93,9 @@ def open_out(out, config, backend, data_sha256):
         data_sha256: the data's `fingerprint`.
 
     Returns:
-        dict with "config", "backend", "dataset", "n_train", "n_test", "models", "results" and
-        "grad_norm", the last three as results.json saved them (empty on first use).
+        dict with "config", "backend", "dataset", "n_train", "n_test", "models", "results",
+        "evaluations", "warnings", "samples" and "grad_norm", the last six as results.json saved them
+        (empty on first use).
 
     Raises:
         ConfigError: `out` cannot be created or written, or it holds a study of other data.
@@ -118,6 +121,9 @@ def open_out(out, config, backend, data_sha256):
         "n_test": 0,
         "models": saved.get("models", {}),
         "results": saved.get("results", []),
+        "evaluations": saved.get("evaluations", []),
+        "warnings": saved.get("warnings", []),
+        "samples": saved.get("samples", {}),
         "grad_norm": saved.get("grad_norm", {}),
     }
 
@@ -136,3 +142,27 @@ def write_csv(rows, out):
         writer.writerows(rows)
 
     _io.write_text(os.path.join(out, "results.csv"), write)
+
+
+def sample_rows(state, labels):
+    """samples.csv's rows: index, label, then per model `<m>_clean` (0/1), `<m>_eps` (the smallest eps
+    at which some attack broke the point, "" if none did) and `<m>_by` ("clean", the attack, or "")."""
+    rows = [{"index": i, "label": int(y)} for i, y in enumerate(labels)]
+    for name, record in state["samples"].items():
+        worst = record["broken"]["worst_case"]
+        for row, clean, eps, by in zip(rows, record["clean"], worst, record["by"]):
+            row.update({f"{name}_clean": int(clean), f"{name}_eps": "" if eps is None else eps})
+            row[f"{name}_by"] = by or ""
+    return rows
+
+
+def write_samples(state, labels, out):
+    """Writes `sample_rows` to `out`/samples.csv atomically."""
+    rows = sample_rows(state, labels)
+
+    def write(f):
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+    _io.write_text(os.path.join(out, "samples.csv"), write)

@@ -20,34 +20,39 @@ import numpy as np
 from tqdm import tqdm
 
 from gradkit._checks import fail
+from gradkit.attacks import decide
 from gradkit.backend import batch_multiple
 from gradkit.gradients import as_ensemble
 from gradkit.plotting import plot_grad_norm, plot_robustness
-from gradkit.study import _outdir
+from gradkit.study import _attack, _outdir
 from gradkit.study._config import MODELS, QUICK_SUBSET, ConfigError, StudyConfig
 from gradkit.study._datasets import load_dataset, subsample
 from gradkit.study._models import load_model, model_path, save_model
+from gradkit.study._train import describe
 from gradkit.study._train import train_boosted as _train_boosted
 from gradkit.study._train import train_single as _train_single
 
-_CLIP = (0.0, 1.0)
+_EVAL_BATCH = 512  # rows per compiled attack call
 
 
-def run_study(config, *, progress=True):
+def run_study(config, *, progress=True, log=None):
     """Runs (or resumes) the study described by `config` and writes its files to its `out` folder.
 
     Args:
         config: a `StudyConfig`, or a dict of options (missing ones take their defaults, see
-            `make_config`): `out`, `dataset`, `model`, `epsilons`, `attacks`, `n_estimators`,
-            `epochs`, `seed`, `batch_size`, `pgd_steps`, `adv_eps`, `quick`.
+            `make_config`).
         progress: show a tqdm progress bar (stderr) for each training and for the attacks.
             Defaults to True. `format_table(result)` gives the table the command line prints.
+        log: None (default: silent) or a callable taking one str: told what a rerun reused.
 
     Returns:
         The content of results.json: dict with "config", "backend", "dataset" (name), "n_train",
-        "n_test", "models" ({name: {"clean_accuracy", "n_params", "train_seconds"} plus
-        "estimator_weights" for ensembles}), "results" ([{"model", "attack", "eps", "accuracy"}],
-        accuracy a float in [0, 1]) and "grad_norm" ({name: [float per epoch]}).
+        "n_test", "models" ({name: {"clean_accuracy", "n_params", "train_seconds", "epochs", and for
+        boosted models "members", "asked", "stop_reason", "estimator_weights"}}), "results"
+        ([{"model", "attack", "eps", "accuracy"}], accuracy in [0, 1]; attack "worst_case" is the
+        per-sample worst case over every attack), "evaluations" (cost, per-attack figures and flags of
+        each `gradkit.evaluate` run), "warnings" (each model's flags, once), "samples" ({name:
+        {"clean", "broken", "by"}} per test point) and "grad_norm" ({name: [[float per epoch] per fit]}).
 
     Raises:
         TypeError: `config` is neither a `StudyConfig` nor a dict.
@@ -59,14 +64,15 @@ def run_study(config, *, progress=True):
         config = StudyConfig.from_options(**config)
     elif not isinstance(config, StudyConfig):
         fail("config", "a StudyConfig or a dict of study options", config, TypeError)
+    log = log or (lambda message: None)
     out, settings, backend = config.out, config.to_dict(out=False), keras.backend.backend()
     _outdir.check_out(out, settings, backend)
     data = _prepare_data(config)
     state = _outdir.open_out(out, settings, backend, _outdir.fingerprint(data))
     state.update(dataset=data.name, n_train=len(data.x_train), n_test=len(data.x_test))
-    trained = {name: _trained(name, config, data, state, progress) for name in MODELS}
-    _attack_all(trained, config, data, state, progress)
-    _write_outputs(state, out)
+    trained = {name: _trained(name, config, data, state, progress, log) for name in MODELS}
+    _attack_all(trained, config, data, state, log, progress)
+    _write_outputs(state, out, data.y_test)
     return state
 
 
@@ -97,15 +103,18 @@ def _fit_devices(data, batch_size):
     return dataclasses.replace(data, x_train=data.x_train[:keep], y_train=data.y_train[:keep])
 
 
-def _trained(name, config, data, state, progress):
+def _trained(name, config, data, state, progress, log):
     """The model `name`: loaded from `out` when a finished run saved it, else trained and saved."""
     path = model_path(config.out, name)
     if name in state["models"]:
         model = load_model(name, path)
         if model is not None:
+            log(f"reused the trained model {name} from {path}")
             return model
         state["models"].pop(name)
-    state["results"] = [row for row in state["results"] if row["model"] != name]  # stale rows
+    for key in ("results", "evaluations", "warnings"):  # stale rows of an unfinished model
+        state[key] = [row for row in state[key] if row["model"] != name]
+    state["samples"].pop(name, None)
     tic = time.perf_counter()
     model, curve = (_train_single if name == "single" else _train_boosted)(name, config, data, progress)
     seconds = time.perf_counter() - tic
@@ -115,55 +124,60 @@ def _trained(name, config, data, state, progress):
         "clean_accuracy": float(np.mean(ensemble.predict(data.x_test) == data.y_test)),
         "n_params": int(sum(m.count_params() for m in ensemble.models)),
         "train_seconds": round(seconds, 3),
+        **describe(name, model, config),
     }
-    if name != "single":
-        record["estimator_weights"] = [float(w) for w in model.estimator_weights_]
     state["models"][name], state["grad_norm"][name] = record, curve
     _outdir.write_state(state, config.out)
     return model
 
 
-def _todo(config, state):
-    """{(model, attack): [eps not yet in state["results"]]}, without empty entries."""
-    done = {(r["model"], r["attack"], r["eps"]) for r in state["results"]}
-    todo = {
-        (name, attack): [e for e in config.epsilons if (name, attack, e) not in done]
-        for name in MODELS
-        for attack in config.attacks
-    }
-    return {key: epsilons for key, epsilons in todo.items() if epsilons}
-
-
-def _attack_all(trained, config, data, state, progress):
-    """Adds the missing (model, attack, eps) rows to `state`, saving results.json after each curve."""
-    from gradkit.evaluation import robustness_curve  # looked up at each call: tests replace it there
-
-    todo = _todo(config, state)
-    targets = {name: as_ensemble(model) for name, model in trained.items()}  # one gradient cache each
-    batch_size = min(len(data.x_test), 1024)
-    with tqdm(total=sum(map(len, todo.values())), desc="attacks", unit="eps", disable=not progress) as bar:
-        for (name, attack), epsilons in todo.items():
-            options = {"steps": config.pgd_steps, "seed": config.seed} if attack == "pgd" else {}
-            curve = robustness_curve(
-                targets[name], data.x_test, data.y_test, attack=attack, epsilons=epsilons,
-                batch_size=batch_size, clip_values=_CLIP, **options,
-            )  # fmt: skip
-            state["results"] += [
-                {"model": name, "attack": attack, "eps": e, "accuracy": a}
-                for e, a in zip(epsilons, curve["accuracy"])
-            ]
+def _attack_all(trained, config, data, state, log, progress):
+    """Adds the missing (model, eps) results to `state`, saving results.json after each."""
+    done = {(r["model"], r["eps"]) for r in state["results"] if r["attack"] == _attack.WORST}
+    reused = sum((name, e) in done for name in MODELS for e in config.epsilons)
+    if reused:
+        log(f"reused {reused} finished (model, eps) results from {os.path.join(config.out, 'results.json')}")
+    todo = [(name, e) for name in MODELS for e in config.epsilons if (name, e) not in done]
+    batch_size = min(len(data.x_test), _EVAL_BATCH)
+    with tqdm(total=len(todo), desc="attacks", unit="eps", disable=not progress) as bar:
+        for name, eps in todo:
+            record = state["samples"].get(name)
+            if record is None:
+                clean = decide(trained[name], data.x_test, batch_size) == data.y_test
+                record = state["samples"][name] = _attack.new_record(clean, config.attacks)
+            rows, evaluations = _attack.attack_at(trained[name], name, data, eps, record, config, batch_size)
+            state["results"] += rows
+            state["evaluations"] += evaluations
+            _add_warnings(state, evaluations)
             _outdir.write_state(state, config.out)
-            bar.update(len(epsilons))
+            bar.update(1)
 
 
-def _write_outputs(state, out):
-    """results.json (rows and models in a fixed order, whatever was resumed), results.csv, the plots."""
-    order = {key: i for i, key in enumerate(MODELS + tuple(state["config"]["attacks"]))}
+def _add_warnings(state, evaluations):
+    """Stores each model's flags once (by name), as "model (attack, eps=e): message"."""
+    seen = {(w["model"], w["name"]) for w in state["warnings"]}
+    for ev in evaluations:
+        for flag in ev["flags"]:
+            if (ev["model"], flag["name"]) not in seen:
+                seen.add((ev["model"], flag["name"]))
+                state["warnings"].append(
+                    {"model": ev["model"], "attack": ev["attack"], "eps": ev["eps"], **flag}
+                )
+
+
+def _write_outputs(state, out, labels):
+    """results.json (rows and models in a fixed order, whatever was resumed), the CSV files, the plots."""
+    attacks = [a for a in state["config"]["attacks"] if a != "standard"]
+    order = {key: i for i, key in enumerate((*MODELS, _attack.WORST, *attacks))}
     state["results"].sort(key=lambda r: (order[r["model"]], order[r["attack"]], r["eps"]))
-    for key in ("models", "grad_norm"):
+    for key in ("models", "grad_norm", "samples"):
         state[key] = {name: state[key][name] for name in MODELS}
     _outdir.write_state(state, out)
     _outdir.write_csv(state["results"], out)
+    _outdir.write_samples(state, labels, out)
     title = f"{state['dataset']}, Keras backend {state['backend']}"
-    plot_robustness(state["results"], os.path.join(out, "robustness.png"), title=f"Robustness - {title}")
+    plot_robustness(
+        state["results"], os.path.join(out, "robustness.png"), title=f"Robustness - {title}",
+        xlabel="eps (Linf, input units; inputs in [0, 1])",
+    )  # fmt: skip
     plot_grad_norm(state["grad_norm"], os.path.join(out, "grad_norm.png"), title=f"Gradient norm - {title}")

@@ -1,33 +1,111 @@
-"""The study's results as a text table (what `gradkit study` prints)."""
+"""The study's results as text: the table `gradkit study` prints, and the list of files it wrote."""
+
+import os
 
 from gradkit.study._config import MODELS
+
+WORST = "worst_case"
+FILES = {
+    "config.json": "the configuration, backend and data fingerprint (a rerun must match them)",
+    "results.json": "models, result rows, per-attack figures, flags, per-sample results, grad norms",
+    "results.csv": "the result rows: model, attack, eps, accuracy",
+    "samples.csv": "per test sample: label; per model clean correct, smallest eps that broke it, by what",
+    "robustness.png": "accuracy vs eps, the worst case drawn boldest",
+    "grad_norm.png": "gradient norm per epoch during training, one line per member",
+}
 
 
 def _row(label, cells, width):
     return f"{label:<{width}}" + "".join(f"{cell:>10}" for cell in cells)
 
 
-def format_table(state):
-    """The study's results as text: one block per attack, models x epsilons, and the backend used.
+def _epochs(name, record, config):
+    """E.g. "single 20 epochs" or "adv_boost 3/5 members x 4 epochs (stopped: ...)"."""
+    if "members" not in record:
+        return f"{name} {record.get('epochs', '?')} epochs"
+    text = f"{name} {record['members']}/{record['asked']} members x {record['epochs']} epochs"
+    if name == "adv_boost":
+        text += " (round 1 trains twice: clean, then adversarial)"
+    if record.get("stop_reason"):
+        text += f" (stopped: {record['stop_reason']})"
+    return text
+
+
+def _attacks(config):
+    """One line on the attack settings."""
+    parts = []
+    for attack in config["attacks"]:
+        if attack == "pgd":
+            parts.append(f"pgd {config['pgd_steps']} steps, eps_step 2.5 eps/steps, random start")
+        elif attack in ("apgd-ce", "apgd-t"):
+            parts.append(f"{attack} {config.get('apgd_steps')} steps")
+        elif attack == "square":
+            parts.append(f"square {config.get('square_queries')} queries")
+        elif attack == "standard":
+            parts.append(
+                f"standard (gradkit.evaluate: apgd-ce, apgd-t {config.get('apgd_steps')} steps, square "
+                f"{config.get('square_queries')} queries; boosted: objectives loss_sum and vote_margin)"
+            )
+        else:
+            parts.append(attack)
+    return "attacks: " + "; ".join(parts)
+
+
+def header(state):
+    """The lines above the table: backend, data, model, epochs, members, eps units, attack settings."""
+    config, models = state["config"], state["models"]
+    adv = f"{config.get('adv_attack', 'fgsm')} eps {config['adv_eps']:g}"
+    if config.get("adv_attack") == "pgd":
+        adv += f", {config['adv_steps']} steps"
+    return [
+        f"gradkit study - Keras backend: {state['backend']} - data: {state['dataset']} "
+        f"({state['n_train']} train / {state['n_test']} test, model {config['model']})",
+        "training: " + "; ".join(_epochs(n, models[n], config) for n in MODELS if n in models),
+        f"adv_boost rounds train on {adv} examples",
+        "eps: Linf norm, in input units (inputs scaled to [0, 1])",
+        _attacks(config),
+        "clean accuracy: "
+        + ", ".join(f"{n} {models[n]['clean_accuracy']:.3f}" for n in MODELS if n in models),
+    ]
+
+
+def format_table(state, out=None):
+    """The study's results as text: the header, then one block per attack, the worst case first.
 
     Args:
         state: the dict `run_study` returns (or results.json loaded).
+        out: None (default), or the output folder: then the text ends with the folder and its files.
 
     Returns:
-        str, one line per model and attack, accuracies with 3 decimals ("-" for a missing row).
+        str: the header (see `header`), one line per model and attack with accuracies to 3 decimals
+        ("-" for a missing row), the warnings of the evaluations, and with `out` the files written.
     """
-    config = state["config"]
-    epsilons = config["epsilons"]
+    epsilons = state["config"]["epsilons"]
     width = max(len(name) for name in MODELS) + 2
-    lines = [
-        f"gradkit study - Keras backend: {state['backend']} - data: {state['dataset']} "
-        f"({state['n_train']} train / {state['n_test']} test, model {config['model']})",
-        "clean accuracy: " + ", ".join(f"{n} {state['models'][n]['clean_accuracy']:.3f}" for n in MODELS),
-    ]
+    lines = header(state)
     rows = {(r["model"], r["attack"], r["eps"]): r["accuracy"] for r in state["results"]}
-    for attack in config["attacks"]:
-        lines += ["", _row(f"{attack} accuracy", (f"eps={e:g}" for e in epsilons), width)]
+    attacks = [a for a in state["config"]["attacks"] if a != "standard"]
+    for attack in (WORST, *attacks):
+        label = "worst case" if attack == WORST else attack
+        lines += ["", _row(f"{label} accuracy", (f"eps={e:g}" for e in epsilons), width)]
         for name in MODELS:
             cells = (rows.get((name, attack, e)) for e in epsilons)
             lines.append(_row(name, ("-" if c is None else f"{c:.3f}" for c in cells), width))
+    used = ", ".join(state["config"]["attacks"])
+    lines.append(f"\nworst case: per test point, over {used} at that eps or below")
+    if state.get("warnings"):
+        lines += ["", "warnings:"]
+        lines += [
+            f"  {w['model']} (eps={w['eps']:g}): [{w['name']}] {w['message']}" for w in state["warnings"]
+        ]
+    if out is not None:
+        lines += ["", format_files(out)]
+    return "\n".join(lines)
+
+
+def format_files(out):
+    """The lines naming the folder `out` and each file the study wrote there."""
+    lines = [f"wrote to {os.path.abspath(out)}:"]
+    lines += [f"  {name:<16}{text}" for name, text in FILES.items()]
+    lines.append("  single.keras, adaboost_m1/, adv_boost/: the trained models (gradkit.load)")
     return "\n".join(lines)

@@ -3,14 +3,19 @@
 - `single`: one network trained for `epochs * n_estimators` epochs, as many as AdaBoost.M1's members
   together;
 - `adaboost_m1`: `AdaBoostM1` with `n_estimators` rounds of `epochs` epochs;
-- `adv_boost`: the same with `adversarial={"attack": "fgsm", "eps": adv_eps, "clip_values": (0, 1)}`
-  (round 0 fits twice: clean, then clean + adversarial).
+- `adv_boost`: the same with `adversarial={"attack": adv_attack, "eps": adv_eps, "steps": adv_steps,
+  "clip_values": (0, 1)}` (PGD by default; round 0 fits twice: clean, then clean + adversarial).
+
+A boosted model may keep fewer members than asked (a perfect or worse-than-random round stops
+boosting): `describe` records members kept, asked, and why boosting stopped.
 
 References:
     Freund & Schapire (1996), "Experiments with a new boosting algorithm", ICML,
     https://dl.acm.org/doi/10.5555/3091696.3091715 (AdaBoost.M1).
     Goodfellow, Shlens & Szegedy (2015), "Explaining and harnessing adversarial examples", ICLR,
     https://arxiv.org/abs/1412.6572 (FGSM, adversarial training).
+    Madry, Makelov, Schmidt, Tsipras & Vladu (2018), "Towards deep learning models resistant to
+    adversarial attacks", ICLR, https://arxiv.org/abs/1706.06083 (PGD adversarial training).
 """
 
 import keras
@@ -22,15 +27,45 @@ from gradkit.study._models import build_model
 
 
 class EpochLog(keras.callbacks.Callback):
-    """Keeps `logs["grad_norm"]` of every epoch (of every fit) and advances a progress bar."""
+    """Keeps `logs["grad_norm"]` of every epoch, one list per `fit`, and advances a progress bar."""
 
     def __init__(self, bar):
         super().__init__()
         self.bar, self.values = bar, []
 
+    def on_train_begin(self, logs=None):
+        self.values.append([])
+
     def on_epoch_end(self, epoch, logs=None):
-        self.values.append(float((logs or {})["grad_norm"]))
+        self.values[-1].append(float((logs or {})["grad_norm"]))
         self.bar.update(1)
+
+
+def adversarial(config):
+    """The `adversarial` argument of `adv_boost`: the attack of its rounds (PGD or FGSM)."""
+    options = {"attack": config.adv_attack, "eps": config.adv_eps, "clip_values": (0.0, 1.0)}
+    if config.adv_attack == "pgd":
+        eps_step = 2.5 * config.adv_eps / config.adv_steps if config.adv_eps > 0 else 1.0
+        options.update(steps=config.adv_steps, eps_step=eps_step, seed=config.seed)
+    return options
+
+
+def describe(name, model, config):
+    """What the table states about a trained model: epochs, and for boosted models members kept and
+    asked, why boosting stopped, and the learner weights."""
+    if name == "single":
+        return {"epochs": config.epochs * config.n_estimators}
+    members, asked = len(model.estimators_), config.n_estimators
+    reason = getattr(model, "stop_reason_", None)
+    if reason is None and members < asked:
+        reason = "perfect round" if model.estimator_errors_[-1] <= 0 else "a round worse than random"
+    return {
+        "epochs": config.epochs,
+        "members": members,
+        "asked": asked,
+        "stop_reason": reason,
+        "estimator_weights": [float(w) for w in model.estimator_weights_],
+    }
 
 
 def _fit_kwargs(config, epochs, log):
@@ -52,7 +87,8 @@ def train_single(name, config, data, progress):
         progress: whether to show a progress bar.
 
     Returns:
-        `(model, grad_norm)`: the trained `keras.Model` and its per-epoch `grad_norm` (list of float).
+        `(model, grad_norm)`: the trained `keras.Model` and its per-epoch `grad_norm` (a list holding
+        one list of floats).
     """
     epochs = config.epochs * config.n_estimators
     with _bar(name, epochs, progress) as bar:
@@ -64,16 +100,13 @@ def train_single(name, config, data, progress):
 
 
 def train_boosted(name, config, data, progress):
-    """Trains `AdaBoostM1` ("adaboost_m1"), with FGSM rounds at `adv_eps` for "adv_boost".
+    """Trains `AdaBoostM1` ("adaboost_m1"), with adversarial rounds (`adversarial(config)`) for "adv_boost".
 
-    Args and Returns: as for `train_single`; the model is the fitted `AdaBoostM1` and `grad_norm` its
-    members' curves one after the other.
+    Args and Returns: as for `train_single`; the model is the fitted `AdaBoostM1` and `grad_norm` one
+    list per `fit` (one per member; two for round 0 of "adv_boost").
     """
-    adversarial = None
-    epochs = config.epochs * config.n_estimators
-    if name == "adv_boost":
-        adversarial = {"attack": "fgsm", "eps": config.adv_eps, "clip_values": (0.0, 1.0)}
-        epochs += config.epochs  # round 0 trains twice
+    attack = adversarial(config) if name == "adv_boost" else None
+    epochs = config.epochs * (config.n_estimators + (attack is not None))  # adv round 0 trains twice
     with _bar(name, epochs, progress) as bar:
         log = EpochLog(bar)
         estimator = AdaBoostM1(
@@ -81,8 +114,10 @@ def train_boosted(name, config, data, progress):
             n_estimators=config.n_estimators,
             fit_kwargs=_fit_kwargs(config, config.epochs, log),
             random_state=config.seed,
-            adversarial=adversarial,
+            adversarial=attack,
             verbose=0,
         )
         estimator.fit(data.x_train, data.y_train)
+        bar.total = bar.n  # boosting may stop early: the bar ends where training ended
+        bar.refresh()
     return estimator, log.values
