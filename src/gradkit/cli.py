@@ -12,7 +12,7 @@ written), 130 interrupted (rerun the same command to resume).
 import argparse
 import sys
 
-from gradkit import __version__, study
+from gradkit import __version__, _quiet, study
 
 _EXAMPLE = """examples:
   gradkit study --out runs/demo                     digits, CNN, 3 models, FGSM, PGD, standard (< 4 min)
@@ -197,6 +197,7 @@ def main(argv=None):
     except SystemExit as exit_:  # --help, --version
         return int(exit_.code or 0)
     options = {k: v for k, v in vars(args).items() if k not in ("command", "no_progress", "devices")}
+    _quiet.import_keras()  # without TensorFlow's C++ start-up lines
     try:
         if args.devices is not None:
             use_devices(args.devices)

@@ -16,11 +16,11 @@ from sklearn.utils.validation import check_is_fitted
 from tqdm import tqdm
 
 from gradkit import backend
-from gradkit.boosting import _checkpoint, _data, _learners, _params, _voting
+from gradkit.boosting import _checkpoint, _data, _describe, _learners, _params, _voting
 from gradkit.gradients import WeightedEnsemble, check_x
 
 
-class BaseBoosting(ClassifierMixin, BaseEstimator):
+class BaseBoosting(_voting.VotingMixin, ClassifierMixin, BaseEstimator):
     """Boosting of Keras networks (or scikit-learn style learners); subclasses set `_alpha` and `_max_error`.
 
     See `AdaBoostM1` for the parameters. Not used directly.
@@ -188,40 +188,6 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
             x, _ = check_x(self.estimators_[0], x, require_float=False)
         return [_learners.predict_ids(m, x, self.n_classes_) for m in self.estimators_]
 
-    def decision_function(self, x):
-        """Weighted SAMME votes: float64 `(n, K)`, or `(n,)` for K = 2 (> 0 means `classes_[1]`).
-
-        Column c is sum_t alpha_t (1 if h_t(x) = c else -1 / (K - 1)) / sum_t alpha_t, exactly as
-        scikit-learn's `AdaBoostClassifier.decision_function`.
-        """
-        return _voting.decision_function(self._member_ids(x), self.estimator_weights_, self.n_classes_)
-
-    def staged_decision_function(self, x):
-        """Yields the decision function after each round (see `decision_function`)."""
-        yield from _voting.staged_decision_function(
-            self._member_ids(x), self.estimator_weights_, self.n_classes_
-        )
-
-    def predict(self, x):
-        """Weighted-vote class labels `(n,)` (values of `classes_`)."""
-        return _voting.labels(self.decision_function(x), self.classes_)
-
-    def staged_predict(self, x):
-        """Yields the predicted labels after each round; the last equals `predict(x)`."""
-        for decision in self.staged_decision_function(x):
-            yield _voting.labels(decision, self.classes_)
-
-    def predict_proba(self, x):
-        """Class probabilities float64 `(n, K)`: softmax of decision / (K - 1) (Zhu et al. 2009, eq. 15)."""
-        return _voting.probabilities(self.decision_function(x), self.n_classes_)
-
-    def staged_score(self, x, y, sample_weight=None):
-        """Yields the (weighted) accuracy on `(x, y)` after each round, one value per fitted round."""
-        from sklearn.metrics import accuracy_score
-
-        for pred in self.staged_predict(x):
-            yield accuracy_score(y, pred, sample_weight=sample_weight)
-
     def as_ensemble(self):
         """The fitted rounds as a `gradkit.gradients.WeightedEnsemble(estimators_, estimator_weights_)`.
 
@@ -240,6 +206,11 @@ class BaseBoosting(ClassifierMixin, BaseEstimator):
             cached = (key, WeightedEnsemble(self.estimators_, self.estimator_weights_))
             vars(self)["_gradkit_ensemble"] = cached
         return cached[1]
+
+    def describe(self, x=None, y=None):
+        """What the fitted ensemble is: `gradkit.boosting.describe(self, x, y)` (members outvoted by the
+        heaviest one, each member's share of the summed input gradient at `(x, y)`, the stop reason)."""
+        return _describe.describe(self, x, y)
 
     def save(self, path):
         """Saves the fit as a directory (`boost.json` and one `.keras` file per round), atomically.

@@ -57,3 +57,42 @@ def probabilities(decision_values, n_classes):
     if n_classes == 2:
         return softmax(np.vstack([-decision_values, decision_values]).T / 2, copy=False)
     return softmax(decision_values / (n_classes - 1), copy=False)
+
+
+class VotingMixin:
+    """The scikit-learn decision methods of a fitted boosting estimator, on `self._member_ids(x)`,
+    `estimator_weights_`, `n_classes_` and `classes_`."""
+
+    def decision_function(self, x):
+        """Weighted SAMME votes: float64 `(n, K)`, or `(n,)` for K = 2 (> 0 means `classes_[1]`).
+
+        Column c is sum_t alpha_t (1 if h_t(x) = c else -1 / (K - 1)) / sum_t alpha_t, exactly as
+        scikit-learn's `AdaBoostClassifier.decision_function`.
+        """
+        return decision_function(self._member_ids(x), self.estimator_weights_, self.n_classes_)
+
+    def staged_decision_function(self, x):
+        """Yields the decision function after each round (see `decision_function`)."""
+        yield from staged_decision_function(
+            self._member_ids(x), self.estimator_weights_, self.n_classes_
+        )
+
+    def predict(self, x):
+        """Weighted-vote class labels `(n,)` (values of `classes_`)."""
+        return labels(self.decision_function(x), self.classes_)
+
+    def staged_predict(self, x):
+        """Yields the predicted labels after each round; the last equals `predict(x)`."""
+        for decision in self.staged_decision_function(x):
+            yield labels(decision, self.classes_)
+
+    def predict_proba(self, x):
+        """Class probabilities float64 `(n, K)`: softmax of decision / (K - 1) (Zhu et al. 2009, eq. 15)."""
+        return probabilities(self.decision_function(x), self.n_classes_)
+
+    def staged_score(self, x, y, sample_weight=None):
+        """Yields the (weighted) accuracy on `(x, y)` after each round, one value per fitted round."""
+        from sklearn.metrics import accuracy_score
+
+        for pred in self.staged_predict(x):
+            yield accuracy_score(y, pred, sample_weight=sample_weight)

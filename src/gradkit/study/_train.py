@@ -21,6 +21,7 @@ References:
 import keras
 from tqdm import tqdm
 
+from gradkit import backend
 from gradkit.boosting import AdaBoostM1
 from gradkit.monitor import GradientNormCallback
 from gradkit.study._models import build_model
@@ -93,7 +94,7 @@ def train_single(name, config, data, progress):
     epochs = config.epochs * config.n_estimators
     with _bar(name, epochs, progress) as bar:
         log = EpochLog(bar)
-        keras.utils.set_random_seed(config.seed)
+        backend.set_random_seed(config.seed)  # no TensorFlow import on the other backends
         model = build_model(config.model, data.x_train.shape[1:], data.n_classes)
         model.fit(data.x_train, data.y_train, **_fit_kwargs(config, epochs, log))
     return model, log.values
