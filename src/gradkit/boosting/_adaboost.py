@@ -31,16 +31,19 @@ Args:
     n_estimators: maximum number of rounds, >= 1. Defaults to 10.{extra_args}
     fit_kwargs: dict passed to each learner's `fit` (e.g. `{{"epochs": 5, "batch_size": 32}}`;
         Keras learners default to `verbose=0`). Defaults to None.
-    random_state: int seed or None. With an int, `keras.utils.set_random_seed(random_state + t)`
-        runs before round t is built (this reseeds Python, numpy and the backend globally), so
+    random_state: int seed or None. With an int, Keras, Python, numpy and the backend are seeded
+        with `random_state + t` before round t is built (as `keras.utils.set_random_seed`, without
+        importing TensorFlow on the other backends), so
         every round is reproducible and a resumed fit equals an uninterrupted one. Defaults to None.
     adversarial: None, or a dict `{{"attack": "fgsm" | "pgd", "eps": float, **attack kwargs}}`. In
         round t > 0 the attack (`gradkit.attacks.fgsm` / `pgd`) is run against the ensemble of
         rounds 0..t-1 (`WeightedEnsemble`, true labels), and the new learner trains on the clean
         samples plus their adversarial copies, copy i carrying boosting weight w_i. Round 0 has no
         ensemble: its learner is first trained on the clean data, attacked, then trained further on
-        clean plus adversarial. Errors, alphas and weight updates use the clean samples only. Other
-        keys (eps_step, steps, norm, clip_values, ...) go to the attack. Defaults to None.
+        clean plus adversarial. A round's weighted error counts sample i as wrong when the learner
+        misclassifies its clean point OR its adversarial copy (the set it trains against), so a round
+        perfect on clean data does not end boosting; alphas and weight updates follow that error.
+        Other keys (eps_step, steps, norm, clip_values, ...) go to the attack. Defaults to None.
     checkpoint_dir: directory where the fit is saved atomically after every round (Keras
         learners only), and that `fit(..., resume=True)` resumes from. Defaults to None.
     verbose: 0 silent; >= 1 one line per round (error, alpha, seconds). Defaults to 1.
@@ -48,6 +51,8 @@ Args:
 Attributes:
     estimators_: list of the T fitted learners (T <= n_estimators: the rounds actually kept).
     estimator_weights_: float64 `(T,)`, alpha_t of each kept round.
+    stop_reason_: str or None: why boosting stopped before `n_estimators` rounds (a perfect round, a
+        round worse than random, weights that overflowed), None when it ran them all.
     estimator_errors_: float64 `(T,)`, weighted training error e_t of each kept round.
     classes_: `(K,)` array, `np.unique(y)`. n_classes_: int K.
 
