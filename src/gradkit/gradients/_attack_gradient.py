@@ -70,7 +70,8 @@ class AttackGradient:
         self.from_probabilities = [not is_logits for _, is_logits in self._forward]
         self._kwargs = training_kwargs(first, False)
         key = dict(loss=self.loss, combination=self.combination, targeted=self.targeted,
-                   output=self.output_index, temperature=self.temperature)  # fmt: skip
+                   output=self.output_index, temperature=self.temperature,
+                   batch_size=self.batch_size)  # fmt: skip
         models = self.ensemble.models
         self._fn = compiled(models, "attack", self._compile_grad, **key)
         self._forward_fn = compiled(models, "attack-forward", self._compile_forward, **key)

@@ -106,6 +106,7 @@ class InputGradient:
         self._fn = compiled(
             self.ensemble.models, "input", self._compile,
             loss=loss, training=self.training, output=self.output_index, stacked=self._stacked,
+            batch_size=self.batch_size,  # its own shapes: trace_count counts this configuration's traces
         )  # fmt: skip
 
     def _compile(self):
