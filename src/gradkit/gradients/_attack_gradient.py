@@ -71,7 +71,7 @@ class AttackGradient:
         self._kwargs = training_kwargs(first, False)
         key = dict(loss=self.loss, combination=self.combination, targeted=self.targeted,
                    output=self.output_index, temperature=self.temperature,
-                   batch_size=self.batch_size)  # fmt: skip
+                   batch_size=self.batch_size, devices=backend.batch_multiple())  # fmt: skip
         models = self.ensemble.models
         self._fn = compiled(models, "attack", self._compile_grad, **key)
         self._forward_fn = compiled(models, "attack-forward", self._compile_forward, **key)

@@ -107,6 +107,7 @@ class InputGradient:
             self.ensemble.models, "input", self._compile,
             loss=loss, training=self.training, output=self.output_index, stacked=self._stacked,
             batch_size=self.batch_size,  # its own shapes: trace_count counts this configuration's traces
+            devices=backend.batch_multiple(),  # a data-parallel layout is another configuration
         )  # fmt: skip
 
     def _compile(self):
