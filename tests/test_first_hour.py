@@ -78,3 +78,12 @@ def test_predicting_with_new_models_prints_no_retracing_warning(capfd):
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
         predict_batched(model, x)
     assert "retracing" not in capfd.readouterr().err
+
+
+def test_a_text_file_named_npz_is_called_what_it_is(tmp_path):
+    from gradkit.study import DatasetError, load_npz
+
+    (tmp_path / "data.npz").write_text("hello\n")
+    with pytest.raises(DatasetError, match="not a readable .npz file of numeric arrays: it is no zip") as err:
+        load_npz(str(tmp_path / "data.npz"))
+    assert "allow_pickle" not in str(err.value)

@@ -18,6 +18,7 @@ from gradkit.gradients._labels import check_sample_weight
 from gradkit.gradients._labels import labels_for_loss
 from gradkit.gradients._losses import LossSpec
 from gradkit.gradients._losses import resolve_loss
+from gradkit.gradients._model_io import check_model
 from gradkit.gradients._model_io import check_x
 from gradkit.gradients._model_io import n_outputs
 from gradkit.gradients._model_io import output_index
@@ -36,6 +37,7 @@ __all__ = [
     "cached",
     "check_labels",
     "check_sample_weight",
+    "check_model",
     "check_x",
     "input_gradient",
     "labels_for_loss",

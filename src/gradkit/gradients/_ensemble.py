@@ -6,7 +6,7 @@ import numpy as np
 from gradkit import _checks
 from gradkit.gradients._batches import predict_batched
 from gradkit.gradients._losses import resolve_loss
-from gradkit.gradients._model_io import output_index, select_output
+from gradkit.gradients._model_io import check_model, output_index, select_output
 
 
 def _shapes(tensors):
@@ -59,8 +59,7 @@ class WeightedEnsemble:
         if not models:
             raise ValueError("`models` must hold at least one Keras model. Received: models=[]")
         for i, model in enumerate(models):
-            if not isinstance(model, keras.Model):
-                raise TypeError(f"`models[{i}]` must be a keras.Model. Received: {type(model).__name__}")
+            check_model(model, f"models[{i}]")
         _check_same_shapes(models)
         if weights is None:
             weights = np.full(len(models), 1.0 / len(models))

@@ -10,7 +10,14 @@ import keras
 import numpy as np
 from keras import tree
 
-from gradkit import _keras_internals
+from gradkit import _checks, _keras_internals
+
+
+def check_model(model, name="model"):
+    """`model` if it is a `keras.Model`; TypeError in the house form otherwise."""
+    if not isinstance(model, keras.Model):
+        _checks.fail(name, "a keras.Model", model, TypeError)
+    return model
 
 
 def training_kwargs(model, training):

@@ -7,7 +7,14 @@ from gradkit import _checks, _keras_internals, backend
 from gradkit.gradients._cache import cached
 from gradkit.gradients._labels import check_labels, check_sample_weight, labels_for_loss
 from gradkit.gradients._losses import keras_reduced, loss_scale, resolve_loss, unscaled
-from gradkit.gradients._model_io import check_x, n_outputs, output_index, select_output, training_kwargs
+from gradkit.gradients._model_io import (
+    check_model,
+    check_x,
+    n_outputs,
+    output_index,
+    select_output,
+    training_kwargs,
+)
 
 
 class WeightGradient:
@@ -34,8 +41,7 @@ class WeightGradient:
     """
 
     def __init__(self, model, *, loss=None, training=True, include_regularization=True, output=None):
-        if not isinstance(model, keras.Model):
-            raise TypeError(f"`model` must be a keras.Model. Received: {type(model).__name__}")
+        check_model(model)
         self.model = model
         self.include_regularization = _checks.check_flag(include_regularization, "include_regularization")
         self.heads = _heads(model, loss, output)

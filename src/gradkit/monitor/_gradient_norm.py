@@ -13,11 +13,10 @@ References:
     https://arxiv.org/abs/1211.5063 (the global gradient norm, and clipping by it).
 """
 
-import keras
 import numpy as np
 
 from gradkit import _checks
-from gradkit.gradients import weight_gradients
+from gradkit.gradients import check_model, weight_gradients
 
 PREFIX = "grad_norm"
 
@@ -44,13 +43,6 @@ def layer_groups(model, layers):
 def result_names(layers):
     """Log keys: `"grad_norm"` then `"grad_norm/<layer name>"` for each layer."""
     return [PREFIX] + [f"{PREFIX}/{layer.name}" for layer in layers]
-
-
-def check_model(model):
-    """`model` if it is a `keras.Model`; TypeError otherwise."""
-    if not isinstance(model, keras.Model):
-        _checks.fail("model", "a keras.Model", model, TypeError)
-    return model
 
 
 def gradient_norm(

@@ -6,7 +6,8 @@ applied update. The semantics of the logged value are in the `gradkit.monitor` d
 """
 
 from gradkit import _checks, _keras_internals, backend
-from gradkit.monitor._gradient_norm import check_model, layer_groups, norm_layers, result_names
+from gradkit.gradients import check_model
+from gradkit.monitor._gradient_norm import layer_groups, norm_layers, result_names
 from gradkit.monitor._step_norms import GradientNormMetric, NormValues
 
 _ATTR = "_gradkit_grad_norm"

@@ -153,7 +153,12 @@ def load_npz(path):
     except DatasetError:
         raise
     except Exception as err:  # noqa: BLE001 - zip, pickle and format errors all mean "unreadable"
-        raise DatasetError(f"{path!r} is not a readable .npz file of numeric arrays: {err}") from err
+        why = str(err)
+        if "Object arrays" in why:
+            why = "it holds object arrays; save numeric arrays only"
+        elif "pickle" in why:
+            why = "it is no zip of arrays (a text or pickle file renamed .npz?); write it with np.savez"
+        raise DatasetError(f"{path!r} is not a readable .npz file of numeric arrays: {why}") from err
     return _make(path, *(arrays[k] for k in NPZ_KEYS))
 
 

@@ -2,9 +2,7 @@
 
 import dataclasses
 
-import keras
-
-from gradkit import _checks
+from gradkit import _checks, gradients
 from gradkit.gradients import resolve_loss
 
 ATTACKS = ("pgd", "fgsm")
@@ -38,8 +36,7 @@ def _default_eps_step(attack, eps, steps, random_start):
 def check_model(model, loss):
     """TypeError unless `model` is a `keras.Model`; for TRADES a compiled model must have a classification
     loss (an uncompiled one is checked when the training step is first traced)."""
-    if not isinstance(model, keras.Model):
-        _checks.fail("model", "a keras.Model", model, TypeError)
+    gradients.check_model(model)
     if loss == "trades" and getattr(model, "loss", None) is not None:
         check_trades_loss(model)
 
