@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 
 import gradkit  # noqa: E402
 from gradkit.attacks import decide, run_attack  # noqa: E402
+from gradkit.study import load_digits  # noqa: E402
 
 from common import merge  # noqa: E402
 
@@ -53,7 +54,7 @@ def _model_figures(model, x, y):
 
 
 def run(folder="runs/demo"):
-    data = gradkit.study.load_digits()
+    data = load_digits()
     x, y = data.x_test, data.y_test
     figures = {"eps": EPS, "n": len(y), "folder": folder}
     for name in ("adaboost_m1", "adv_boost"):
