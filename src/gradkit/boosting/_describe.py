@@ -36,7 +36,31 @@ def gradient_shares(ensemble, x, y):
 
 
 def describe(estimator, x=None, y=None):
-    """A dict describing a fitted boosting estimator (see `BaseBoosting.describe`)."""
+    """What a fitted boosting estimator is, before it is attacked or reported.
+
+    Args:
+        estimator: a fitted `AdaBoostM1` or `SAMME`.
+        x: optional inputs `(n, ...)` float32 (Keras learners), where the members' gradients are compared.
+        y: optional labels `(n,)` (values of `classes_`) for `x`.
+
+    Returns:
+        dict: "class", "n_estimators" (asked), "members" (kept), "estimator_weights" and
+        "estimator_errors" (lists of float), "stop_reason" (str or None), "outvoted_members" (indices of
+        members that can never change the vote, see `outvoted`), "warnings" (list of str); with `x` and
+        `y` also "gradient_shares": per member, the median share of its weighted input-gradient norm in
+        the members' sum (a member above 0.9 dominates the loss_sum gradient).
+
+    Raises:
+        sklearn.exceptions.NotFittedError: the estimator is not fitted.
+        TypeError: `x` given for learners that are not Keras models (no input gradients exist).
+
+    References:
+        Tramer, Carlini, Brendel & Madry (2020), "On adaptive attacks to adversarial example defenses",
+        NeurIPS, https://arxiv.org/abs/2002.08347
+    """
+    from sklearn.utils.validation import check_is_fitted
+
+    check_is_fitted(estimator)
     weights = np.asarray(estimator.estimator_weights_, dtype=np.float64)
     info = {
         "class": type(estimator).__name__,
