@@ -10,7 +10,7 @@ DEMO_STAMP := $(VENV)/.demo-installed
 
 # The demo runs on TensorFlow alone: it installs gradkit and the CPU build of TensorFlow, nothing else.
 $(DEMO_STAMP): pyproject.toml constraints.txt
-	@echo "make demo: creating $(VENV) with gradkit and TensorFlow (CPU) only, about 1.5 GB; 1-3 minutes..."
+	@echo "make demo: creating $(VENV) with gradkit and TensorFlow (CPU) only, about 2 GB; 1-3 minutes..."
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e . tensorflow-cpu
