@@ -17,7 +17,7 @@ PACKAGES = {
     "gradkit.gradients": [
         "AttackGradient", "InputGradient", "LossSpec", "WeightGradient", "WeightedEnsemble", "as_ensemble",
         "cached", "check_labels", "check_model", "check_sample_weight", "check_x", "input_gradient",
-        "labels_for_loss",
+        "labels_for_loss", "member_gradient_norms",
         "n_outputs", "output_index", "predict_batched", "resolve_loss", "select_output", "training_kwargs",
         "weight_gradients", "weighted_vote",
     ],

@@ -11,7 +11,7 @@ References:
 
 import numpy as np
 
-from gradkit.gradients import AttackGradient, check_x
+from gradkit.gradients import check_x, member_gradient_norms
 
 
 def outvoted(weights):
@@ -27,11 +27,7 @@ def outvoted(weights):
 def gradient_shares(ensemble, x, y):
     """Each member's share of the summed weighted input-gradient norms `(K,)` (medians over the points):
     alpha_k ||grad_x CE_k|| / sum_j alpha_j ||grad_x CE_j||, at `(x, y)`."""
-    norms = []
-    for member, weight in zip(ensemble.models, ensemble.weights):
-        _, _, grad = AttackGradient(member)(x, y)
-        norms.append(weight * np.sqrt(np.sum(np.square(grad.reshape(len(x), -1)), axis=1)))
-    norms = np.stack(norms)
+    norms = member_gradient_norms(ensemble, x, y)
     return np.median(norms / np.maximum(norms.sum(axis=0, keepdims=True), 1e-30), axis=1)
 
 

@@ -9,7 +9,7 @@ from tqdm.auto import tqdm
 from gradkit import attacks as registry
 from gradkit.evaluation import _flags, _plan, _state
 from gradkit.evaluation._result import Evaluation
-from gradkit.gradients import AttackGradient, as_ensemble, predict_batched
+from gradkit.gradients import as_ensemble, member_gradient_norms, predict_batched
 
 _PROBE = 32  # rows predicted twice to detect a randomized forward pass
 
@@ -110,14 +110,7 @@ def evaluate(
 
 def _shares(model, x, labels, config):
     """alpha_k * ||grad_x CE_k||_2 `(K, n)` of an ensemble's members at the clean points, else None."""
-    if not registry.is_ensemble(model):
-        return None
-    ensemble = as_ensemble(model)
-    rows = []
-    for member, weight in zip(ensemble.models, ensemble.weights):
-        _, _, grad = AttackGradient(member, batch_size=config.batch_size)(x, labels)
-        rows.append(weight * np.sqrt(np.sum(np.square(grad.reshape(len(x), -1)), axis=1)))
-    return np.stack(rows)
+    return member_gradient_norms(model, x, labels, config.batch_size) if registry.is_ensemble(model) else None
 
 
 def _randomness(model, x, batch_size):

@@ -6,6 +6,7 @@ model-input checks, each defined in one private module of this package.
 """
 
 from gradkit.gradients._attack_gradient import AttackGradient
+from gradkit.gradients._attack_gradient import member_gradient_norms
 from gradkit.gradients._batches import predict_batched
 from gradkit.gradients._cache import cached
 from gradkit.gradients._ensemble import WeightedEnsemble
@@ -41,6 +42,7 @@ __all__ = [
     "check_x",
     "input_gradient",
     "labels_for_loss",
+    "member_gradient_norms",
     "n_outputs",
     "output_index",
     "predict_batched",
