@@ -76,3 +76,10 @@ def set_keras_seed(seed):
     global_state.set_global_attribute(seed_generator.GLOBAL_SEED_GENERATOR, None)
     random.seed(seed)
     np.random.seed(seed)
+
+
+def torch_device():
+    """The device Keras' PyTorch backend puts new tensors on (its `keras.device` scope, else its default)."""
+    from keras.src.backend.torch.core import get_device
+
+    return get_device()

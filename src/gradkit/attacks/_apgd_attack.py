@@ -7,6 +7,7 @@ from gradkit.attacks._apgd import apgd_core
 from gradkit.attacks._session import Session
 
 LOSSES = ("ce", "dlr")
+_STACKED_VALUES = 1 << 24  # input values of the targets run together in APGD-T (64 MB per float32 array)
 
 
 def _check_classes(loss, targeted, n_classes):
@@ -46,20 +47,31 @@ def apgd_run(model, x, y=None, *, eps, norm=np.inf, steps=100, loss="ce", target
             predictions = np.where(predictions != labels, targets, labels)
         return values, predictions, grad
 
-    for target in targets:
+    for group in _groups(targets, len(session.labels), session.x0[0].size):
         for _ in range(n_restarts):
             todo = np.flatnonzero(~success)
             if not len(todo):
                 return x_adv, success, session
+            rows = np.tile(todo, len(group))  # target-major: the rows of target j are rows j*m:(j+1)*m
             adv, hit, _, _ = apgd_core(
-                step, session.x0[todo], session.labels[todo], eps=session.eps, norm=session.norm,
+                step, session.x0[rows], session.labels[rows], eps=session.eps, norm=session.norm,
                 steps=steps, clip_values=session.clip_values, rng=rng, rho=rho,
-                targets=None if target is None else target[todo],
+                targets=None if group[0] is None else np.concatenate([t[todo] for t in group]),
             )  # fmt: skip
-            keep = hit | ~tried[todo]  # a point never broken keeps its first run's best iterate
-            x_adv[todo[keep]] = adv[keep]
-            success[todo[hit]], tried[todo] = True, True
+            adv, hit = adv.reshape((len(group), len(todo)) + adv.shape[1:]), hit.reshape(len(group), -1)
+            first, broken = hit.argmax(axis=0), hit.any(axis=0)  # the first target that succeeded
+            keep = broken | ~tried[todo]  # a point never broken keeps its first run's best iterate
+            x_adv[todo[keep]] = adv[first, np.arange(len(todo))][keep]
+            success[todo[broken]], tried[todo] = True, True
     return x_adv, success, session
+
+
+def _groups(targets, n, features):
+    """The targets in groups run together, each group one APGD run over the rows of all its targets
+    (independent per row, so the same as one run per target, but with `len(group)` times fewer
+    calls). A group holds at most `_STACKED_VALUES / (n * features)` targets (at least one)."""
+    size = max(1, _STACKED_VALUES // max(n * features, 1))
+    return [targets[i : i + size] for i in range(0, len(targets), size)]
 
 
 def apgd(model, x, y=None, *, eps, norm=np.inf, steps=100, loss="ce", targeted=False, n_restarts=1,
@@ -72,11 +84,15 @@ def apgd(model, x, y=None, *, eps, norm=np.inf, steps=100, loss="ce", targeted=F
     real decision rule (argmax; an ensemble's or boosted model's weighted hard vote), and each sample
     keeps its first fooling iterate, else its iterate of highest loss. Each restart attacks only the
     points still robust. The whole run uses one compiled objective (`gradkit.gradients.AttackGradient`):
-    a row count that changes as points are broken is padded to the batch size, so it traces once.
+    a row count that changes as points are broken is padded to the batch size, so it traces once (on
+    PyTorch, where a trace costs milliseconds, to a multiple of 32 rows).
 
     Targeted (APGD-T, as in AutoAttack's standard version): for each of the `n_target_classes` most
     likely classes other than the top one (per sample, clean logits), `n_restarts` runs towards it,
-    again only on the points still robust; `y` holds the TRUE labels in both modes.
+    again only on the points still robust; `y` holds the TRUE labels in both modes. The targets run
+    together, as one run over their stacked rows (rows are independent: the same as one run per
+    target, with fewer calls), up to 2**24 input values at a time; a point keeps the example of the
+    first target, in rank order, that fooled it.
 
     Args:
         model: a Keras classifier (single input), a `gradkit.WeightedEnsemble` or a fitted boosting
@@ -92,7 +108,8 @@ def apgd(model, x, y=None, *, eps, norm=np.inf, steps=100, loss="ce", targeted=F
         n_restarts: runs per target (random starts on the eps-sphere), int >= 1. Defaults to 1.
         n_target_classes: targets tried by APGD-T, int >= 1 (capped at C - 1). Defaults to 9.
         clip_values: None or `(min, max)`, the valid input range.
-        batch_size: rows per compiled call. Defaults to None: min(256, next power of two >= n).
+        batch_size: rows per compiled call. Defaults to None: min(256, next power of two >= n); on
+            PyTorch as many rows as hold 2**22 input values (APGD-T runs its targets together).
         output: name or index of the attacked output of a multi-output model.
         objective: how an ensemble's members are combined, as in `gradkit.bim`. Defaults to "loss_sum".
         rho: threshold of the step-size rule (condition 1), in [0, 1]. Defaults to 0.75.

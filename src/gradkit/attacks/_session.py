@@ -3,9 +3,22 @@ their numpy cores call on any subset of rows, with the cost counted per sample."
 
 import numpy as np
 
-from gradkit import _checks
+from gradkit import _checks, backend
 from gradkit.attacks._prepare import gradient_for, owner, prepare, step_for
 from gradkit.gradients import n_outputs
+
+_VALUES_PER_CALL = 1 << 22  # the default batch on PyTorch: rows of at most this many input values
+
+
+def default_batch(x0):
+    """The rows per compiled call when the caller gives no `batch_size`: min(256, next power of two >=
+    n), or on PyTorch (where a new row count costs a trace of milliseconds, see `backend.ROW_QUANTUM`)
+    as many rows as hold `_VALUES_PER_CALL` input values, at least 32 (APGD-T's targets run
+    together, and every call has a fixed cost there)."""
+    n = len(x0)
+    if backend.ROW_QUANTUM:
+        return max(backend.ROW_QUANTUM, _VALUES_PER_CALL // max(x0[0].size, 1))
+    return min(256, 1 << (n - 1).bit_length())
 
 
 class Session:
@@ -32,7 +45,7 @@ class Session:
         if self.x0.ndim < 2:
             raise ValueError(f"`x` must have a batch axis and features. Received: x.shape={self.x0.shape}")
         self.objective = step_for(owner(model), grad, loss=loss, objective=objective, targeted=targeted,
-                                  output=output, batch_size=batch_size or min(256, 1 << (n - 1).bit_length()),
+                                  output=output, batch_size=batch_size or default_batch(self.x0),
                                   temperature=temperature)  # fmt: skip
         if self.objective is None:
             raise ValueError(f"`loss` must be one of 'ce', 'dlr', 'margin'. Received: loss={loss!r}")

@@ -14,7 +14,10 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
 - `compile_grad(..., has_aux=True)`: `fn` returns `(loss, aux)`; the call returns `((loss, aux), grads)`.
 - `variable_values(variables, differentiable)`: the current values of Keras variables, passed as
   arguments so that later training is seen without recompiling.
-- `EAGER`: True where nothing is traced (PyTorch); gradkit then counts distinct input signatures.
+- `EAGER`: True where nothing is compiled ahead (PyTorch); gradkit then counts distinct input signatures.
+- `ROW_QUANTUM`: None, or the multiple the row count of a compiled call is padded up to where a new
+  input shape costs little (PyTorch: 32); with None, rows are padded to the batch size or the next
+  power of two, which bounds the number of traces.
 - `group_norms(grads, matrix, last)`: `sqrt(matrix @ [|g_1|^2, ..., |g_n|^2, last])` for a list of
   dense gradients (the in-step norms of `gradkit.monitor`): an opaque value, a float32 tensor or, where
   the gradients are on the host anyway (PyTorch's CPU), a list of Python floats. Callers hand it back
@@ -34,6 +37,8 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
 - `input_ascent(model, loss_of, x, update, steps, call_kwargs)`: the inner attack of adversarial
   training, run inside the training step: `steps` times `x <- update(x, grad_x loss_of(model(x)))`,
   the gradient w.r.t. `x` alone, the result cut from the outer gradient (`gradkit.training`).
+- `to_tensor(array)` and `to_numpy(tensor)`: `keras.ops.convert_to_tensor` / `convert_to_numpy` for
+  numpy arrays of a fixed dtype, without Keras' per-call dtype checks where they cost (PyTorch).
 - `batch_multiple()` and `distribute_batch(structure)`: data parallelism under an active
   `keras.distribution` (JAX only; the other backends raise NotImplementedError when one is set).
 
@@ -57,6 +62,7 @@ else:  # pragma: no cover - numpy/openvino have no autodiff
 
 NAME = _name
 EAGER = _impl.EAGER
+ROW_QUANTUM = _impl.ROW_QUANTUM
 compile_grad = _impl.compile_grad
 compile_forward = _impl.compile_forward
 quiet_retracing = _impl.quiet_retracing
@@ -73,10 +79,13 @@ norm_means = _impl.norm_means
 assign_add = _impl.assign_add
 values_before_step = _impl.values_before_step
 input_ascent = _impl.input_ascent
+to_tensor = getattr(_impl, "to_tensor", keras.ops.convert_to_tensor)
+to_numpy = getattr(_impl, "to_numpy", keras.ops.convert_to_numpy)
 
 __all__ = [
     "NAME",
     "EAGER",
+    "ROW_QUANTUM",
     "add_norms",
     "applied_norms",
     "assign_add",
@@ -90,6 +99,8 @@ __all__ = [
     "group_norms",
     "input_ascent",
     "norm_means",
+    "to_numpy",
+    "to_tensor",
     "values_before_step",
     "variable_values",
     "wrap_train_step",

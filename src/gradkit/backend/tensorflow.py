@@ -16,6 +16,7 @@ from gradkit.backend._common import (  # noqa: F401
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
 from gradkit.errors import DisconnectedGradientError
 
+ROW_QUANTUM = None  # None: rows are padded to the batch size or the next power of two (traces are costly)
 EAGER = False
 
 

@@ -1,14 +1,18 @@
-"""PyTorch backend: eager autograd (`torch.autograd.grad`); nothing is traced or compiled.
+"""PyTorch backend: autograd (`torch.autograd.grad`) through TorchScript traces where they are exact.
 
-`torch.compile` was measured at 71 s to compile and then 2.8x slower than eager on a 2-core CPU, so
-gradkit runs eagerly and counts distinct input signatures as its "traces".
+`torch.compile` was measured at 71 s to compile and then 2.8x slower than eager on a 2-core CPU. gradkit
+instead replays each input signature's `torch.jit.trace` of the pure function (see `_torch_trace`: a
+trace is kept only where it reproduces the eager call exactly, else that signature runs eagerly) and
+counts distinct input signatures as its "traces".
 """
 
 import math
 
+import numpy as np
 import torch
 from keras import tree
 
+from gradkit import _keras_internals
 from gradkit.backend._common import (  # noqa: F401
     batch_multiple,
     build_optimizer,
@@ -19,8 +23,10 @@ from gradkit.backend._common import (  # noqa: F401
 )
 from gradkit.backend._common import set_random_seed as _set_keras_seed
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
+from gradkit.backend._torch_trace import Traced, flatten
 from gradkit.errors import DisconnectedGradientError
 
+ROW_QUANTUM = 32  # rows of a call are padded to a multiple of this (a new trace costs milliseconds here)
 EAGER = True
 # On CPU the in-step norms are summed on the host (see `group_norms`); False keeps them in tensors
 # there too, as on an accelerator (the tests run that path on CPU this way).
@@ -29,6 +35,20 @@ _HOST_ON_CPU = True
 # Autograd nodes whose derivative is zero: a loss that reaches its inputs only through them does not
 # depend on them (argmax-like steps already give a loss without `grad_fn`).
 _ZERO_DERIVATIVE = ("RoundBackward", "FloorBackward", "CeilBackward", "SignBackward", "TruncBackward")
+
+
+def to_tensor(array):
+    """`keras.ops.convert_to_tensor(array)` for a numpy array: zero-copy on the CPU, on Keras' device."""
+    device = _keras_internals.torch_device()
+    if str(device) == "cpu" and isinstance(array, np.ndarray) and array.flags.c_contiguous:
+        return torch.from_numpy(array if array.flags.writeable else array.copy())
+    return torch.as_tensor(array, device=device)
+
+
+def to_numpy(tensor):
+    """`keras.ops.convert_to_numpy(tensor)` (bfloat16, which numpy lacks, as float32)."""
+    tensor = tensor.detach()
+    return (tensor.float() if tensor.dtype == torch.bfloat16 else tensor).cpu().numpy()
 
 
 def variable_values(variables, differentiable=False):
@@ -63,7 +83,7 @@ def compile_grad(fn, wrt, per_output=False, has_aux=False):
 
     With `has_aux`, `fn` returns `(loss, aux)` and the call returns `((loss, aux), grads)`.
     """
-    signatures, checked = set(), set()
+    checked, traced = set(), Traced(fn)
 
     def call(trainable, non_trainable, x, y, sample_weight):
         if wrt == "x":
@@ -72,12 +92,10 @@ def compile_grad(fn, wrt, per_output=False, has_aux=False):
         else:
             target = trainable
         flat = tree.flatten(target)
-        key = repr(tree.map_structure(lambda t: (tuple(t.shape), str(t.dtype)), (x, y)))
-        if key not in signatures:
-            signatures.add(key)
-            call.trace_count += 1
+        key = _signature(x, y, sample_weight)
+        call.trace_count += key not in traced
         with torch.enable_grad():
-            out = fn(trainable, non_trainable, x, y, sample_weight)
+            out = traced(key, trainable, non_trainable, x, y, sample_weight)
         loss = out[0] if has_aux else out
         if key not in checked:
             if loss.grad_fn is None or not _reaches(loss, flat):
@@ -96,7 +114,7 @@ def compile_grad(fn, wrt, per_output=False, has_aux=False):
             value = (value, tree.map_structure(lambda t: t.detach(), out[1]))
         return value, tree.pack_sequence_as(target, grads)
 
-    call.trace_count = 0
+    call.trace_count, call.traced = 0, traced
     return call
 
 
@@ -182,19 +200,23 @@ def wrap_train_step(model, metric, norms_fn):
     return train_step, test_step_without(metric, step_cls, model)
 
 
+def _signature(*args):
+    """The trace key of the data arguments: each leaf's shape and dtype (the variables' are fixed)."""
+    return tuple((tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else t for t in flatten(args))
+
+
 def compile_forward(fn):
-    """`fn(trainable, non_trainable, x, y, weights)` run eagerly without autograd (`torch.no_grad`)."""
-    signatures = set()
+    """`fn(trainable, non_trainable, x, y, weights)` without autograd (`torch.no_grad`), traced per
+    signature where the trace is exact."""
+    traced = Traced(fn)
 
     def call(*args):
-        key = repr(tree.map_structure(lambda t: (tuple(t.shape), str(t.dtype)), args[2:4]))
-        if key not in signatures:
-            signatures.add(key)
-            call.trace_count += 1
+        key = _signature(*args[2:])
+        call.trace_count += key not in traced
         with torch.no_grad():
-            return fn(*args)
+            return traced(key, *args)
 
-    call.trace_count = 0
+    call.trace_count, call.traced = 0, traced
     return call
 
 

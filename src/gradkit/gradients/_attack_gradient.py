@@ -113,20 +113,23 @@ class AttackGradient:
         return trainables, [backend.variable_values(n) for _, n in self._variable_lists]
 
     def _batches(self, x, labels, targets, alphas):
-        """Yields `(rows, args)` per padded batch; without `batch_size`, rows are padded to the next power
-        of two, so any sequence of row counts traces a bounded number of times."""
-        n = len(labels)
-        targets = labels if targets is None else targets
-        alpha = keras.ops.convert_to_tensor(
-            np.asarray(self.ensemble.weights if alphas is None else alphas, "float32")
-        )
+        """Yields `(rows, args)` per padded batch. The rows of a call are padded to `batch_size`, or
+        without it to the next power of two, so any sequence of row counts traces a bounded number of
+        times; where a new shape is cheap (`backend.ROW_QUANTUM`, PyTorch), only to that multiple."""
+        n, untargeted = len(labels), targets is None
+        alpha = backend.to_tensor(np.asarray(self.ensemble.weights if alphas is None else alphas, "float32"))
         trainables, non_trainables = self._variables()
-        multiple = backend.batch_multiple()
+        multiple, quantum = backend.batch_multiple(), backend.ROW_QUANTUM
         for start, stop in batches(n, self.batch_size):
-            size = self.batch_size or 1 << max(stop - start - 1, 0).bit_length()
+            if quantum:
+                size = -(-(stop - start) // quantum) * quantum
+                size = min(size, self.batch_size) if self.batch_size else size
+            else:
+                size = self.batch_size or 1 << max(stop - start - 1, 0).bit_length()
             pad = -(-size // multiple) * multiple
+            yb = take(labels, start, stop, pad)
             xb, yb, tb, wb = backend.distribute_batch(
-                (take(x, start, stop, pad), take(labels, start, stop, pad), take(targets, start, stop, pad),
+                (take(x, start, stop, pad), yb, yb if untargeted else take(targets, start, stop, pad),
                  take(np.ones(n, np.float32), start, stop, pad, True))
             )  # fmt: skip
             yield stop - start, (trainables, non_trainables, xb, (yb, tb), {"rows": wb, "alpha": alpha})
@@ -135,9 +138,9 @@ class AttackGradient:
         values, logits, grads = [], [], []
         for rows, args in self._batches(x, labels, targets, alphas):
             (_, (v, z)), g = self._fn(*args)
-            values.append(keras.ops.convert_to_numpy(v)[:rows])
-            logits.append(keras.ops.convert_to_numpy(z)[:, :rows])
-            grads.append(tree.map_structure(lambda a, r=rows: keras.ops.convert_to_numpy(a)[:r], g))
+            values.append(backend.to_numpy(v)[:rows])
+            logits.append(backend.to_numpy(z)[:, :rows])
+            grads.append(tree.map_structure(lambda a, r=rows: backend.to_numpy(a)[:r], g))
         grad = tree.map_structure(lambda *p: np.concatenate(p).astype(np.float32, copy=False), *grads)
         return np.concatenate(values).astype(np.float64), np.concatenate(logits, axis=1), grad
 
@@ -146,8 +149,8 @@ class AttackGradient:
         values, logits = [], []
         for rows, args in self._batches(x, labels, targets, alphas):
             v, z = self._forward_fn(*args)
-            values.append(keras.ops.convert_to_numpy(v)[:rows])
-            logits.append(keras.ops.convert_to_numpy(z)[:, :rows])
+            values.append(backend.to_numpy(v)[:rows])
+            logits.append(backend.to_numpy(z)[:, :rows])
         return np.concatenate(values).astype(np.float64), np.concatenate(logits, axis=1)
 
     def decide(self, logits):

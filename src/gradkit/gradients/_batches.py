@@ -20,9 +20,11 @@ def take(structure, start, stop, pad_to, zeros=False):
         if pad_to and rows.shape[0] < pad_to:
             filler = np.repeat(rows[:1] * 0 if zeros else rows[:1], pad_to - rows.shape[0], axis=0)
             rows = np.concatenate([rows, filler])
+        if isinstance(rows, np.ndarray):
+            return backend.to_tensor(np.ascontiguousarray(rows))
         return keras.ops.convert_to_tensor(rows)
 
-    return tree.map_structure(take, structure)
+    return take(structure) if isinstance(structure, np.ndarray) else tree.map_structure(take, structure)
 
 
 def predict_batched(model, x, batch_size=256):
