@@ -36,6 +36,7 @@ def _main(capsys, *args):
         (["--square-queries", "0"], "`square_queries` must be an integer >= 1"),
         (["--adv-steps", "0"], "`adv_steps` must be an integer >= 1"),
         (["--adv-attack", "cw"], "argument --adv-attack: invalid choice: 'cw'"),
+        (["--adv-mode", "both"], "argument --adv-mode: invalid choice: 'both'"),
         (["--n-estimators", "0"], "`n_estimators` must be an integer >= 1. Received: n_estimators=0"),
         (["--epochs", "-2"], "`epochs` must be an integer >= 1"),
         (["--pgd-steps", "1.5"], "argument --pgd-steps: invalid int value"),
@@ -112,6 +113,8 @@ def test_help_and_missing_subcommand(capsys):
         "--square-queries",
         "--adv-attack",
         "--adv-steps",
+        "--adv-mode",
+        "adv_single",
         "cifar10",
         "fashion_mnist",
         "standard",
@@ -205,3 +208,19 @@ def test_help_imports_no_keras_and_no_backend():
     assert "gradkit.cli" in imported
     heavy = {"keras", "tensorflow", "jax", "jaxlib", "torch"}
     assert not [name for name in imported if name.split(".")[0] in heavy]
+
+
+def test_adversarial_options_reach_the_study_configuration(capsys, tmp_path, monkeypatch):
+    seen = {}
+
+    def stop(options, **kwargs):
+        seen.update(study.make_config(**options))
+        raise study.ConfigError("stopped by the test")
+
+    monkeypatch.setattr(study, "run_study", stop)
+    args = ["--adv-mode", "fit", "--adv-attack", "fgsm", "--adv-eps", "0.2", "--adv-steps", "3"]
+    code, err = _main(capsys, "--out", str(tmp_path / "out"), *args)
+    assert code == 2 and "stopped by the test" in err
+    given = (seen["adv_mode"], seen["adv_attack"], seen["adv_eps"], seen["adv_steps"])
+    assert given == ("fit", "fgsm", 0.2, 3)
+    assert study.make_config()["adv_mode"] == "augment"

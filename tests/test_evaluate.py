@@ -383,3 +383,23 @@ def test_real_resume_repeats_no_attack(model, monkeypatch, tmp_path):
     second = evaluate(model, x, y, **kwargs)
     assert second.broken_by == first.broken_by and second.per_attack == first.per_attack
     np.testing.assert_array_equal(second.x_adv, first.x_adv)
+
+
+@pytest.mark.parametrize(
+    ("broken", "attacked", "flagged"),
+    [(1, 352, False), (1, 10, False), (3, 352, False), (4, 352, True), (2, 10, True), (0, 5, False)],
+)
+def test_gradient_masking_needs_more_than_a_stray_point(broken, attacked, flagged):
+    """Square's late breaks flag masking from 2 points and more than 1% of those it attacked."""
+    from gradkit.evaluation import _flags
+
+    entries = [types.SimpleNamespace(name=n, attack=n) for n in ("apgd-ce", "apgd-t", "square")]
+    per_attack = {"apgd-ce": {"n_broken": 50, "n_points": 400}, "apgd-t": {"n_broken": 0, "n_points": 352},
+                  "square": {"n_broken": broken, "n_points": attacked}}  # fmt: skip
+    flags = _flags.late_breaks(entries, per_attack)
+    assert [f["name"] for f in flags] == (["gradient_masking"] if flagged else [])
+    if flagged:
+        assert f"broke {broken} points" in flags[0]["message"]
+    late_fgsm = [*entries[:2], types.SimpleNamespace(name="fgsm", attack="fgsm")]
+    per_attack["fgsm"] = {"n_broken": 1, "n_points": 352}  # one point: the iterative attacks did not converge
+    assert [f["name"] for f in _flags.late_breaks(late_fgsm, per_attack)] == ["one_step_beats_iterative"]

@@ -22,13 +22,13 @@ RANKS = {
     "gradients": 2,
     "monitor": 3,
     "attacks": 3,
-    "boosting": 4,
     "evaluation": 4,
     "training": 4,
-    "study": 5,
-    "cli": 6,
-    "__main__": 7,
-    "__init__": 7,
+    "boosting": 5,
+    "study": 6,
+    "cli": 7,
+    "__main__": 8,
+    "__init__": 8,
 }
 FRAMEWORKS = {"tensorflow", "jax", "jaxlib", "torch"}
 

@@ -11,7 +11,9 @@ import json
 import math
 import os
 import shutil
+import zipfile
 
+import h5py
 import keras
 import numpy as np
 import pytest
@@ -20,10 +22,11 @@ import gradkit
 from gradkit import cli, study
 from gradkit.gradients import as_ensemble
 from gradkit.study import _attack, _outdir, _run
+from gradkit.training._install import installed_state
 
 BACKEND = keras.backend.backend()
 FILES = {"config.json", "results.json", "results.csv", "samples.csv", "robustness.png", "grad_norm.png",
-         "single.keras", "adaboost_m1", "adv_boost"}  # fmt: skip
+         "single.keras", "adv_single.keras", "adaboost_m1", "adv_boost"}  # fmt: skip
 MODEL_KEYS = {"clean_accuracy", "n_params", "train_seconds", "epochs"}
 BOOSTED_KEYS = MODEL_KEYS | {"members", "asked", "stop_reason", "estimator_weights"}
 ATTACKS = ("worst_case", "fgsm", "pgd")
@@ -67,7 +70,8 @@ def _no_training(monkeypatch, allowed=()):
         calls.append(name)
         if name not in allowed:
             raise AssertionError(f"{name} was trained again")
-        return gradkit.load(allowed[name]), [1.0, 2.0]
+        path = allowed[name]
+        return (keras.saving.load_model(path) if path.endswith(".keras") else gradkit.load(path)), [1.0, 2.0]
 
     monkeypatch.setattr(_run, "_train_single", forbid)
     monkeypatch.setattr(_run, "_train_boosted", forbid)
@@ -106,13 +110,15 @@ def test_files_and_results_schema(quick_dir):
         1347,
         450,
     )
-    assert set(state["models"]) == {"single", "adaboost_m1", "adv_boost"}
-    assert set(state["models"]["single"]) == MODEL_KEYS
+    assert list(state["models"]) == ["single", "adv_single", "adaboost_m1", "adv_boost"]
     epochs = expected["epochs"]
-    assert state["grad_norm"]["single"] == [state["grad_norm"]["single"][0]]  # one fit
-    assert len(state["grad_norm"]["single"][0]) == epochs * 2  # as many epochs as the two members together
-    assert state["models"]["single"]["epochs"] == epochs * 2
-    for name, extra_fits in (("adaboost_m1", 0), ("adv_boost", 1)):
+    for name in ("single", "adv_single"):
+        assert set(state["models"][name]) == MODEL_KEYS
+        assert state["grad_norm"][name] == [state["grad_norm"][name][0]]  # one fit
+        assert len(state["grad_norm"][name][0]) == epochs * 2  # as many epochs as the two members together
+        assert state["models"][name]["epochs"] == epochs * 2
+    augment = expected["adv_mode"] == "augment"  # then adv_boost's round 0 fits twice
+    for name, extra_fits in (("adaboost_m1", 0), ("adv_boost", int(augment))):
         record = state["models"][name]
         assert set(record) == BOOSTED_KEYS and record["epochs"] == epochs and record["asked"] == 2
         weights = record["estimator_weights"]
@@ -121,7 +127,7 @@ def test_files_and_results_schema(quick_dir):
         assert [len(fit) for fit in state["grad_norm"][name]] == [epochs] * (len(weights) + extra_fits)
     for fits in state["grad_norm"].values():
         assert all(math.isfinite(v) and v > 0 for fit in fits for v in fit)
-    assert len(state["results"]) == 3 * 3 * 3  # models x (worst case, fgsm, pgd) x epsilons
+    assert len(state["results"]) == 4 * 3 * 3  # models x (worst case, fgsm, pgd) x epsilons
     assert all(list(row) == ["model", "attack", "eps", "accuracy"] for row in state["results"])
     assert [r["attack"] for r in state["results"][:3]] == ["worst_case"] * 3
     with open(quick_dir / "results.csv", newline="") as f:
@@ -180,7 +186,7 @@ def test_samples_csv_agrees_with_the_worst_case(quick_dir):
 def test_saved_models_are_the_trained_ones(quick_dir):
     state = _read(quick_dir)
     data = study.load_digits()
-    models = {"single": keras.saving.load_model(quick_dir / "single.keras")}
+    models = {name: keras.saving.load_model(quick_dir / f"{name}.keras") for name in ("single", "adv_single")}
     models.update({name: gradkit.load(quick_dir / name) for name in ("adaboost_m1", "adv_boost")})
     for name, model in models.items():
         ensemble = as_ensemble(model)
@@ -190,6 +196,39 @@ def test_saved_models_are_the_trained_ones(quick_dir):
     for name in ("adaboost_m1", "adv_boost"):
         assert list(models[name].estimator_weights_) == state["models"][name]["estimator_weights"]
     assert models["adv_boost"].adversarial["eps"] == 0.1
+    assert models["adv_boost"].adversarial["mode"] == state["config"]["adv_mode"]
+
+
+def test_adv_single_is_the_robust_baseline(quick_dir):
+    state = _read(quick_dir)
+    rows, models = _rows(state), state["models"]
+    assert models["adv_single"]["clean_accuracy"] >= 0.93  # measured 0.971 (single: 0.969) on TensorFlow
+    assert models["adv_single"]["clean_accuracy"] >= models["single"]["clean_accuracy"] - 0.03
+    assert rows["adv_single", "worst_case", 0.1] > rows["single", "worst_case", 0.1] + 0.05  # 0.696 vs 0.569
+    assert rows["adv_single", "pgd", 0.1] > rows["single", "pgd", 0.1] + 0.05
+    by = state["samples"]["adv_single"]["by"]
+    assert sum(b == "clean" for b in by) == round((1 - models["adv_single"]["clean_accuracy"]) * 450)
+
+
+def test_adv_single_file_has_no_trace_of_adversarial_training(quick_dir, tmp_path):
+    model = keras.saving.load_model(quick_dir / "adv_single.keras")
+    assert "compute_loss" not in vars(model) and installed_state(model) is None
+    with (
+        zipfile.ZipFile(quick_dir / "adv_single.keras") as a,
+        zipfile.ZipFile(quick_dir / "single.keras") as b,
+    ):
+        assert a.namelist() == b.namelist()
+        assert "adversarial" not in a.read("config.json").decode()
+        a.extract("model.weights.h5", tmp_path / "a")
+        b.extract("model.weights.h5", tmp_path / "b")
+    with (
+        h5py.File(tmp_path / "a" / "model.weights.h5") as fa,
+        h5py.File(tmp_path / "b" / "model.weights.h5") as fb,
+    ):
+        names_a, names_b = [], []
+        fa.visit(names_a.append)
+        fb.visit(names_b.append)
+    assert names_a == names_b  # the same variables as the plainly trained network: no extra state
 
 
 def test_table_names_backend_models_and_epsilons(quick_dir):
@@ -203,6 +242,8 @@ def test_table_names_backend_models_and_epsilons(quick_dir):
     clean = _read(quick_dir)["models"]["single"]["clean_accuracy"]
     assert len(single) == 3 and single[0].split()[1] == f"{clean:.3f}"
     assert "single 6 epochs" in table and "adaboost_m1 " in table and "/2 members x 3 epochs" in table
+    assert "adv_single 6 epochs" in table and len([x for x in lines if x.startswith("adv_single  ")]) == 3
+    assert "adv_single trains on pgd eps 0.1, 5 steps examples made inside fit" in table
     assert "Linf" in table and "pgd 10 steps" in table and "square 100 queries" in table
     assert "warnings:" in table and "[one_network]" in table  # two members: one outvotes the other
     files = study.format_table(_read(quick_dir), out=str(quick_dir))
@@ -217,38 +258,43 @@ def test_rerun_trains_and_attacks_nothing(quick_dir, tmp_path, monkeypatch):
     told = []
     result = study.run_study({"quick": True, "out": str(out)}, progress=False, log=told.append)
     assert result == before == _read(out)
-    assert len(told) == 4 and "reused 9 finished (model, eps) results" in told[-1]
-    assert all("reused the trained model" in line for line in told[:3])
+    assert len(told) == 5 and "reused 12 finished (model, eps) results" in told[-1]
+    assert all("reused the trained model" in line for line in told[:4])
+    assert told[1] == f"reused the trained model adv_single from {out / 'adv_single.keras'}"
 
 
-def test_resume_after_interrupted_training(quick_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "name,file,trainer",
+    [("adv_boost", "adv_boost", "_train_boosted"), ("adv_single", "adv_single.keras", "_train_single")],
+)
+def test_resume_after_interrupted_training(quick_dir, tmp_path, monkeypatch, name, file, trainer):
     out = _copy(quick_dir, tmp_path)
     state = _read(out)
-    for key in ("models", "grad_norm"):  # as if adv_boost was being trained when the run stopped
-        state[key].pop("adv_boost")
+    for key in ("models", "grad_norm"):  # as if `name` was being trained when the run stopped
+        state[key].pop(name)
     for key in ("results", "evaluations", "warnings"):
-        state[key] = [r for r in state[key] if r["model"] != "adv_boost"]
-    state["samples"].pop("adv_boost")
+        state[key] = [r for r in state[key] if r["model"] != name]
+    state["samples"].pop(name)
     _write(out, state)
-    shutil.rmtree(out / "adv_boost")
+    shutil.rmtree(out / file) if os.path.isdir(out / file) else os.remove(out / file)
     _no_training(monkeypatch)
 
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(_run, "_train_boosted", interrupted)
+    monkeypatch.setattr(_run, trainer, interrupted)
     assert cli.main(["study", "--quick", "--no-progress", "--out", str(out)]) == 130
     assert _read(out) == state and not [f for f in os.listdir(out) if f.startswith(".tmp")]
 
-    calls = _no_training(monkeypatch, allowed={"adv_boost": str(quick_dir / "adv_boost")})
+    calls = _no_training(monkeypatch, allowed={name: str(quick_dir / file)})
     assert cli.main(["study", "--quick", "--no-progress", "--out", str(out)]) == 0
-    assert calls == ["adv_boost"]  # the finished models were loaded, not retrained
+    assert calls == [name]  # the finished models were loaded, not retrained
     final, original = _read(out), _read(quick_dir)
-    assert final["grad_norm"]["adv_boost"] == [1.0, 2.0]
-    assert final["samples"]["adv_boost"] == original["samples"]["adv_boost"]
-    assert final["models"]["adv_boost"]["clean_accuracy"] == original["models"]["adv_boost"]["clean_accuracy"]
+    assert final["grad_norm"][name] == [1.0, 2.0]
+    assert final["samples"][name] == original["samples"][name]
+    assert final["models"][name]["clean_accuracy"] == original["models"][name]["clean_accuracy"]
     assert _rows(final) == _rows(original)
-    assert os.path.isfile(out / "adv_boost" / "boost.json")
+    assert os.path.exists(out / file) and set(os.listdir(out)) == FILES
 
 
 def test_resume_after_interrupted_attacks(quick_dir, tmp_path, monkeypatch):
@@ -267,13 +313,13 @@ def test_resume_after_interrupted_attacks(quick_dir, tmp_path, monkeypatch):
 
     def interrupted(model, x, y, *, eps, attacks, **kwargs):
         calls.append((eps, attacks))
-        if len(calls) == 4:  # adaboost_m1 at eps 0.1 (fgsm, pgd, standard) finished, then eps 0.3
+        if len(calls) == 4:  # adv_single at eps 0.1 (fgsm, pgd, standard) finished, then eps 0.3
             raise KeyboardInterrupt
         return real(model, x, y, eps=eps, attacks=attacks, **kwargs)
 
     monkeypatch.setattr(_attack, "evaluate", interrupted)
     assert cli.main(["study", "--quick", "--no-progress", "--out", str(out)]) == 130
-    assert len(_read(out)["results"]) == len(kept) + 2 * 3  # adaboost_m1 at eps 0 and 0.1 were saved
+    assert len(_read(out)["results"]) == len(kept) + 2 * 3  # adv_single at eps 0 and 0.1 were saved
     calls.clear()
 
     def counted(model, x, y, *, eps, attacks, **kwargs):
@@ -282,7 +328,7 @@ def test_resume_after_interrupted_attacks(quick_dir, tmp_path, monkeypatch):
 
     monkeypatch.setattr(_attack, "evaluate", counted)
     assert cli.main(["study", "--quick", "--no-progress", "--out", str(out)]) == 0
-    assert sorted(set(calls)) == [0.1, 0.3] and calls[0] == 0.3  # adaboost_m1 resumes at eps 0.3
+    assert sorted(set(calls)) == [0.1, 0.3] and calls[0] == 0.3  # adv_single resumes at eps 0.3
     final, original = _read(out), _read(quick_dir)
     assert _rows(final) == _rows(original)
     assert final["samples"] == original["samples"]

@@ -70,8 +70,10 @@ def build_parser():
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     command = commands.add_parser(
         "study",
-        help="train a single network, AdaBoost.M1 and adversarial boosting; attack them; report",
-        description="Train `single`, `adaboost_m1` and `adv_boost`, attack each at every eps, and write\n"
+        help="train a network, an adversarially trained one, AdaBoost.M1 and adversarial boosting; "
+        "attack them; report",
+        description="Train `single`, `adv_single`, `adaboost_m1` and `adv_boost`, attack each at every eps, "
+        "and write\n"
         "results.json, results.csv, samples.csv, robustness.png, grad_norm.png and the models to --out.",
         epilog=_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -138,7 +140,7 @@ def _add_study_options(add, defaults):
 
 
 def _add_attack_options(add, defaults):
-    """The options of the attacks and of adversarial boosting."""
+    """The options of the attacks, of adversarial training (`adv_single`) and of adversarial boosting."""
     add(
         "--apgd-steps",
         type=int,
@@ -152,10 +154,18 @@ def _add_attack_options(add, defaults):
     add(
         "--adv-attack",
         choices=["pgd", "fgsm"],
-        help=f"attack of adversarial boosting's rounds (default: {defaults['adv_attack']})",
+        help=f"attack of adversarial training and boosting (fgsm: with a random start) "
+        f"(default: {defaults['adv_attack']})",
     )
-    add("--adv-eps", type=float, help=f"eps of adversarial boosting (default: {defaults['adv_eps']})")
-    add("--adv-steps", type=int, help=f"PGD steps of adversarial boosting (default: {defaults['adv_steps']})")
+    both = "adversarial training and boosting"
+    add("--adv-eps", type=float, help=f"eps of {both} (default: {defaults['adv_eps']})")
+    add("--adv-steps", type=int, help=f"PGD steps of {both} (default: {defaults['adv_steps']})")
+    add(
+        "--adv-mode",
+        choices=["augment", "fit"],
+        help="how adv_boost trains a round: augment (clean + adversarial copies made between rounds) or "
+        f"fit (each member with gradkit.adversarial_training) (default: {defaults['adv_mode']})",
+    )
 
 
 def use_devices(n):

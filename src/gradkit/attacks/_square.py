@@ -123,8 +123,15 @@ def _l2_init(x0, eps, rng):
     return x0 + (eps * delta / np.maximum(geometry.per_sample_norm(delta), geometry.TINY)).astype(x0.dtype)
 
 
-def _linf_proposal(x_best, x0, eps, p, rng, clip_values):
-    """Sets a random window of each sample to `x0 +- eps` (one sign per channel), then clips.
+def linf_ends(x0, eps, clip_values):
+    """The two corners `[x0 + eps, x0 - eps]`, each projected and clipped, that Linf windows take."""
+    e = x0.dtype.type(eps)
+    return [geometry.project_and_clip(x0 + e * s, x0, eps, np.inf, clip_values) for s in (1, -1)]
+
+
+def _linf_proposal(x_best, x0, eps, p, rng, clip_values, ends=None):
+    """Sets a random window of each sample to `x0 +- eps` (one sign per channel), then clips; `ends`
+    is `linf_ends(x0, eps, clip_values)` when the caller keeps it.
 
     A sample whose signs would leave its window as it is gets new signs, up to `_REDRAWS` draws in
     all (the authors' loop): the draws are made at once and the first that changes the window is
@@ -133,8 +140,8 @@ def _linf_proposal(x_best, x0, eps, p, rng, clip_values):
     n, h, w, c = x0.shape
     sh, sw = _window(p, h, w)
     mask = _windows(n, h, w, sh, sw, rng)[0][..., None]
-    e, weights = x0.dtype.type(eps), mask.reshape(n, 1, h * w).astype(x0.dtype)
-    ends = [geometry.project_and_clip(x0 + e * s, x0, eps, np.inf, clip_values) for s in (1, -1)]
+    weights = mask.reshape(n, 1, h * w).astype(x0.dtype)
+    ends = linf_ends(x0, eps, clip_values) if ends is None else ends
     # (n, c): whether the window, channel by channel, already holds that end (a matmul sums |diff|
     # over the window ten times faster than a boolean reduction over the middle axes)
     unchanged = [
@@ -166,12 +173,30 @@ def _l2_proposal(x_best, x0, eps, p, rng, clip_values):
     return geometry.project_and_clip(x0 + delta.astype(x0.dtype), x0, eps, 2.0, clip_values)
 
 
-def _query(forward, x, shape, labels, targets, idx):
-    """`forward` on the rows `idx` of the images `x`, reshaped to the caller's `shape`."""
-    t = None if targets is None else targets[idx]
-    values, predictions = forward(x.reshape((len(idx),) + shape[1:]), labels[idx], t)
-    values = np.asarray(values, dtype=np.float64).reshape(len(idx))
-    return values, succeeded(predictions, labels[idx], t).reshape(len(idx))
+class _Active:
+    """The rows still attacked, kept as compact copies (`idx`: their rows in the full arrays), so an
+    iteration indexes nothing; a success drops its rows (rare: most points stay robust)."""
+
+    def __init__(self, idx, best, values, img0, labels, targets, norm, eps, clip_values):
+        self.idx, self.best, self.values = idx, best[idx], values[idx]
+        self.img0, self.labels = img0[idx], labels[idx]
+        self.targets = None if targets is None else targets[idx]
+        self._corners = (eps, clip_values) if norm == np.inf else None
+        self.ends = None if self._corners is None else linf_ends(self.img0, *self._corners)
+
+    def keep(self, stay):
+        """Drops the rows where `stay` is False."""
+        self.idx, self.best, self.values = self.idx[stay], self.best[stay], self.values[stay]
+        self.img0, self.labels = self.img0[stay], self.labels[stay]
+        self.targets = None if self.targets is None else self.targets[stay]
+        self.ends = None if self.ends is None else [end[stay] for end in self.ends]
+
+
+def _query(forward, x, shape, labels, targets):
+    """`forward` on the images `x`, reshaped to the caller's `shape`: `(values, success)`."""
+    values, predictions = forward(x.reshape((len(x),) + shape[1:]), labels, targets)
+    values = np.asarray(values, dtype=np.float64).reshape(len(x))
+    return values, succeeded(predictions, labels, targets).reshape(len(x))
 
 
 def square_core(forward, x0, labels, *, eps, norm, n_queries, p_init, clip_values, rng, targets=None):
@@ -202,16 +227,20 @@ def square_core(forward, x0, labels, *, eps, norm, n_queries, p_init, clip_value
     img0 = as_image(x0)
     init, propose = (_linf_init, _linf_proposal) if norm == np.inf else (_l2_init, _l2_proposal)
     best = geometry.project_and_clip(init(img0, eps, rng), img0, eps, norm, clip_values)
-    everyone = np.arange(len(x0))
-    best_values, success = _query(forward, best, x0.shape, labels, targets, everyone)
+    best_values, success = _query(forward, best, x0.shape, labels, targets)
     used = np.ones(len(x0), dtype=np.int64)
+    run = _Active(np.flatnonzero(~success), best, best_values, img0, labels, targets, norm, eps, clip_values)
     for i in range(n_queries - 1):
-        idx = np.flatnonzero(~success)
-        if len(idx) == 0:
+        if len(run.idx) == 0:
             break
-        cand = propose(best[idx], img0[idx], eps, p_schedule(p_init, i, n_queries), rng, clip_values)
-        values, hit = _query(forward, cand, x0.shape, labels, targets, idx)
-        used[idx] += 1
-        keep = (values > best_values[idx]) | hit
-        best[idx[keep]], best_values[idx[keep]], success[idx[hit]] = cand[keep], values[keep], True
+        extra = {} if run.ends is None else {"ends": run.ends}
+        cand = propose(run.best, run.img0, eps, p_schedule(p_init, i, n_queries), rng, clip_values, **extra)
+        values, hit = _query(forward, cand, x0.shape, run.labels, run.targets)
+        used[run.idx] += 1
+        keep = (values > run.values) | hit
+        run.best[keep], run.values[keep] = cand[keep], values[keep]
+        if hit.any():
+            best[run.idx], success[run.idx[hit]] = run.best, True
+            run.keep(~hit)
+    best[run.idx] = run.best
     return best.reshape(x0.shape), success, used

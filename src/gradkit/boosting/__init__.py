@@ -19,9 +19,11 @@ each round (zero initial weights stay zero), as scikit-learn does, so the non-Ke
 `sklearn.ensemble.AdaBoostClassifier` exactly.
 
 Modules: `_base` (the loop, one per-round hook), `_adaboost` (alpha and stopping rule of each
-estimator), `_params` and `_data` (checks), `_learners` (learner checks, predictions, targets,
-attacks), `_voting` (the decision, on the ensemble's weighted vote), `_persistence` (the file format,
-which knows no estimator class), `_checkpoint` (an estimator as meta + members and back), `_load`.
+estimator), `_params` and `_data` (checks), `_learners` (learner checks, predictions, targets),
+`_adversarial` (adversarial rounds: "augment" between rounds, or "fit" through
+`gradkit.training.adversarial_training`), `_voting` (the decision, on the ensemble's weighted
+vote), `_persistence` (the file format, which knows no estimator class), `_checkpoint` (an
+estimator as meta + members and back), `_load`.
 
 References:
     Freund & Schapire (1996), "Experiments with a new boosting algorithm", ICML,
@@ -34,6 +36,8 @@ References:
     https://doi.org/10.1162/089976600300015178 (sample weights as cost weights).
     Goodfellow, Shlens & Szegedy (2015), "Explaining and harnessing adversarial examples", ICLR,
     https://arxiv.org/abs/1412.6572 (training on clean plus adversarial examples).
+    Madry, Makelov, Schmidt, Tsipras & Vladu (2018), "Towards deep learning models resistant to
+    adversarial attacks", ICLR, https://arxiv.org/abs/1706.06083 (adversarial training, "mode": "fit").
     Abernethy, Awasthi & Kale (2021), "A multiclass boosting framework for achieving fast and provable
     adversarial robustness", https://arxiv.org/abs/2103.01276, and Zhang et al. (2022), "Building
     robust ensembles via margin boosting", ICML, https://arxiv.org/abs/2206.03362 (boosting for

@@ -35,15 +35,23 @@ Args:
         with `random_state + t` before round t is built (as `keras.utils.set_random_seed`, without
         importing TensorFlow on the other backends), so
         every round is reproducible and a resumed fit equals an uninterrupted one. Defaults to None.
-    adversarial: None, or a dict `{{"attack": "fgsm" | "pgd", "eps": float, **attack kwargs}}`. In
-        round t > 0 the attack (`gradkit.attacks.fgsm` / `pgd`) is run against the ensemble of
-        rounds 0..t-1 (`WeightedEnsemble`, true labels), and the new learner trains on the clean
-        samples plus their adversarial copies, copy i carrying boosting weight w_i. Round 0 has no
-        ensemble: its learner is first trained on the clean data, attacked, then trained further on
-        clean plus adversarial. A round's weighted error counts sample i as wrong when the learner
-        misclassifies its clean point OR its adversarial copy (the set it trains against), so a round
-        perfect on clean data does not end boosting; alphas and weight updates follow that error.
-        Other keys (eps_step, steps, norm, clip_values, ...) go to the attack. Defaults to None.
+    adversarial: None, or a dict `{{"attack": "fgsm" | "pgd", "eps": float, "mode": "augment" |
+        "fit", **keyword arguments}}`. `"mode": "augment"` (the default): in round t > 0 the attack
+        (`gradkit.attacks.fgsm` / `pgd`) is run against the ensemble of rounds 0..t-1
+        (`WeightedEnsemble`, true labels), and the new learner trains on the clean samples plus their
+        adversarial copies, copy i carrying boosting weight w_i; round 0 has no ensemble: its learner
+        is first trained on the clean data, attacked, then trained further on clean plus adversarial.
+        Other keys (eps_step, steps, norm, clip_values, seed, ...) go to the attack. `"mode": "fit"`:
+        each round's learner is trained with `gradkit.adversarial_training` (the attack inside every
+        training step, Madry et al. 2018; "fgsm" is fast FGSM with a random start), the boosting
+        weights as sample weights, then attacked with the same attack; keys go to
+        `adversarial_training` (eps_step, steps, norm, clip_values, random_start, loss ("ce" or
+        "trades"), beta, ratio, seed) and to the attack (the same, without `loss`; batch_size, ...),
+        each getting those it takes; the member keeps no trace of adversarial training. In both modes
+        a round's weighted error counts sample i as wrong when the learner misclassifies its clean
+        point OR its adversarial example (what it trained against), so a round perfect on clean data
+        does not end boosting; alphas and weight updates follow that error. A key that no receiver
+        takes, or another mode, raises a ValueError before any training. Defaults to None.
     checkpoint_dir: directory where the fit is saved atomically after every round (Keras
         learners only), and that `fit(..., resume=True)` resumes from. Defaults to None.
     verbose: 0 silent; >= 1 one line per round (error, alpha, seconds). Defaults to 1.

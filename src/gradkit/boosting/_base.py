@@ -16,7 +16,7 @@ from sklearn.utils.validation import check_is_fitted
 from tqdm import tqdm
 
 from gradkit import backend
-from gradkit.boosting import _checkpoint, _data, _describe, _learners, _params, _voting
+from gradkit.boosting import _adversarial, _checkpoint, _data, _describe, _learners, _params, _voting
 from gradkit.gradients import WeightedEnsemble, check_x
 
 
@@ -162,16 +162,9 @@ class BaseBoosting(_voting.VotingMixin, ClassifierMixin, BaseEstimator):
             return
         kwargs.setdefault("verbose", 0)
         targets = _learners.keras_targets(learner, ids, self.n_classes_, x)
-        if self.adversarial is not None:
-            if t == 0:  # the first round attacks its own learner, trained on clean data first
-                learner.fit(x, targets, sample_weight=sw, **kwargs)
-                target = learner
-            else:
-                target = WeightedEnsemble(self.estimators_, self.estimator_weights_)
-            x_adv = _learners.attack(target, x, ids, self.adversarial)
-            learner.fit(np.concatenate([x, x_adv]), np.concatenate([targets, targets]),
-                        sample_weight=np.concatenate([sw, sw]), **kwargs)  # fmt: skip
-            return x_adv  # the round's error is measured on the examples it trained against
+        if self.adversarial is not None:  # the round is judged on the examples it trained against
+            ensemble = WeightedEnsemble(self.estimators_, self.estimator_weights_) if t else None
+            return _adversarial.train_round(learner, x, ids, targets, sw, self.adversarial, kwargs, ensemble)
         learner.fit(x, targets, sample_weight=sw, **kwargs)
 
     def _log(self, t, line, tic, end=""):

@@ -1,4 +1,4 @@
-"""The weak learners of boosting: what they must be, their predicted ids, their targets, their attacks.
+"""The weak learners of boosting: what they must be, their predicted ids, their targets.
 
 A learner is a compiled Keras classifier with one output (K units, or 1 sigmoid unit when K = 2), or
 any object with `fit(x, y, sample_weight=...)` and `predict(x)` returning class ids 0..K-1 (checked on
@@ -11,11 +11,9 @@ import keras
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from gradkit.attacks import fgsm, pgd
 from gradkit.gradients import predict_batched, resolve_loss
 
 PREDICT_BATCH = 256
-ATTACKS = {"fgsm": fgsm, "pgd": pgd}  # the attacks `adversarial` may name
 
 
 def is_keras(learner):
@@ -133,16 +131,3 @@ def keras_targets(learner, ids, n_classes, x):
     if resolve_loss(None, learner).kind == "sparse":
         return ids
     return np.eye(n_classes, dtype=np.float32)[ids]
-
-
-def attack(target, x, ids, adversarial):
-    """Adversarial copies of `x` (same shape and dtype) from `gradkit.attacks.fgsm` or `pgd`.
-
-    Args:
-        target: the model or `WeightedEnsemble` attacked.
-        x: clean inputs `(n, ...)`; ids: their true class ids `(n,)` int64.
-        adversarial: `{"attack": "fgsm" | "pgd", "eps": float, **other attack keyword arguments}`.
-    """
-    options = dict(adversarial)
-    fn = ATTACKS[options.pop("attack")]
-    return np.asarray(fn(target, x, ids, **options), dtype=x.dtype).reshape(x.shape)

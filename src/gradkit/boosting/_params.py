@@ -12,9 +12,9 @@ import math
 import keras
 
 from gradkit import _checks
-from gradkit.boosting._learners import ATTACKS as _ATTACK_FUNCTIONS
+from gradkit.boosting import _adversarial
 
-ATTACKS = tuple(_ATTACK_FUNCTIONS)
+ATTACKS = tuple(_adversarial.ATTACKS)
 _RESERVED = {"x", "y", "sample_weight"}  # fit arguments that boosting sets itself
 
 
@@ -49,11 +49,14 @@ CONSTRAINTS = (
 
 
 def check_params(estimator):
-    """Raises the first violated constraint of `estimator`'s parameters, then checks `adversarial["eps"]`.
+    """Raises the first violated constraint of `estimator`'s parameters, then checks `adversarial["eps"]`
+    and `adversarial["mode"]`.
 
     Raises:
         ValueError: a parameter out of range, `fit_kwargs` holding x, y or sample_weight, an unknown
-            attack, or a missing or negative `adversarial["eps"]`.
+            attack, a missing or negative `adversarial["eps"]`, an `adversarial["mode"]` other than
+            "augment" or "fit", or a key that the attack (in "fit" mode: nor
+            `gradkit.adversarial_training`) does not take.
         TypeError: a `build_fn` that is not callable or is a model, a `fit_kwargs` that is not a dict.
     """
     params = estimator.get_params(deep=False)
@@ -64,3 +67,4 @@ def check_params(estimator):
         eps = params["adversarial"].get("eps")
         if not (_finite(eps) and eps >= 0):
             _checks.fail('adversarial["eps"]', "a finite number >= 0", eps)
+        _adversarial.check(params["adversarial"])

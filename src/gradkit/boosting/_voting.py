@@ -73,9 +73,7 @@ class VotingMixin:
 
     def staged_decision_function(self, x):
         """Yields the decision function after each round (see `decision_function`)."""
-        yield from staged_decision_function(
-            self._member_ids(x), self.estimator_weights_, self.n_classes_
-        )
+        yield from staged_decision_function(self._member_ids(x), self.estimator_weights_, self.n_classes_)
 
     def predict(self, x):
         """Weighted-vote class labels `(n,)` (values of `classes_`)."""

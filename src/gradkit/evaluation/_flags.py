@@ -32,6 +32,8 @@ TRAMER = (
     "NeurIPS, https://arxiv.org/abs/2002.08347"
 )
 _ITERATIVE = ("apgd-ce", "apgd-dlr", "apgd-t", "pgd", "bim")
+MASKING_SHARE = 0.01  # Square must break more than this share of the points it attacks to flag masking
+MASKING_MIN_POINTS = 2  # ... and at least this many
 
 
 def flag(name, message, reference):
@@ -105,10 +107,18 @@ def _late_break(entry, broke):
 
 
 def late_breaks(entries, per_attack):
-    """Flags for Square (or FGSM) breaking points that an earlier iterative gradient attack left robust."""
+    """Flags for Square (or FGSM) breaking points that an earlier iterative gradient attack left robust.
+
+    Square's flag needs at least `MASKING_MIN_POINTS` points and more than `MASKING_SHARE` of those it
+    attacked: a random search also breaks the odd point on models without masking (measured: 1 of 352
+    on the study's PGD-trained digits CNN, and 1 of the few points a standard one keeps at eps 0.2),
+    so one point is no evidence of masking. The worst case counts every point all the same."""
     flags, after_iterative = [], False
     for entry in entries:
-        broke = per_attack.get(entry.name, {}).get("n_broken", 0)
+        record = per_attack.get(entry.name, {})
+        broke, attacked = record.get("n_broken", 0), record.get("n_points", 0)
+        if entry.attack == "square" and (broke < MASKING_MIN_POINTS or broke <= MASKING_SHARE * attacked):
+            broke = 0
         if after_iterative and broke and _late_break(entry, broke):
             flags.append(_late_break(entry, broke))
         after_iterative |= entry.attack in _ITERATIVE

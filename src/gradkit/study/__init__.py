@@ -1,13 +1,19 @@
-"""`gradkit study`: train a single network, AdaBoost.M1 and adversarial boosting, attack each, report.
+"""`gradkit study`: train a single network, an adversarially trained one, AdaBoost.M1 and adversarial
+boosting; attack each; report.
 
-The study trains three models on one data set (`load_dataset`), all with `GradientNormCallback`:
+The study trains four models on one data set (`load_dataset`), all with `GradientNormCallback`:
 
 - `single`: one network trained for `epochs * n_estimators` epochs, as many as AdaBoost.M1's members
   together;
+- `adv_single`: the same network and epochs with `gradkit.adversarial_training` (PGD with
+  `adv_steps` steps at `adv_eps` inside each training step, or fast FGSM with a random start): the
+  baseline adversarial boosting is compared with;
 - `adaboost_m1`: `AdaBoostM1` with `n_estimators` rounds of `epochs` epochs;
-- `adv_boost`: the same with `adversarial={"attack": "pgd", "eps": adv_eps, "steps": adv_steps, ...}`:
-  each round also trains on PGD examples against the ensemble so far, and its weighted error counts a
-  point as wrong when the member gets it or its adversarial copy wrong (see `gradkit.AdaBoostM1`).
+- `adv_boost`: the same with `adversarial={"attack": "pgd", "eps": adv_eps, "steps": adv_steps,
+  "mode": adv_mode, ...}`: in mode "augment" each round also trains on PGD examples against the
+  ensemble so far, in mode "fit" each member is adversarially trained as `adv_single`; either way its
+  weighted error counts a point as wrong when the member gets it or its adversarial example wrong (see
+  `gradkit.AdaBoostM1`).
 
 Then it attacks each model at each eps (Linf, in input units, `clip_values=(0, 1)`) with each of
 `attacks`: "fgsm", "pgd" (`pgd_steps`, `eps_step = 2.5 * eps / pgd_steps`), "apgd-ce", "apgd-t",
@@ -25,10 +31,12 @@ worst case. The output directory holds:
                          broke it and by which attack
     robustness.png       accuracy vs eps, one line per model and attack, the worst case boldest
     grad_norm.png        per-epoch gradient norm of each model, each member's start marked
-    single.keras         the single network; adaboost_m1/, adv_boost/: `gradkit.load`-able directories
+    single.keras         the single network; adv_single.keras the adversarially trained one (no trace
+                         of adversarial training); adaboost_m1/, adv_boost/: `gradkit.load`-able
+                         directories
 
-`grad_norm[name]` holds one list of epoch means of `grad_norm` per `fit` (round 0 of `adv_boost` fits
-twice: clean, then clean + adversarial).
+`grad_norm[name]` holds one list of epoch means of `grad_norm` per `fit` (in mode "augment" round 0
+of `adv_boost` fits twice: clean, then clean + adversarial).
 
 Every file is written atomically, and results.json after each model and each (model, eps), so an
 interrupted run resumes: rerun it with the same `out` and configuration, and finished models are
@@ -47,7 +55,9 @@ References:
     Goodfellow, Shlens & Szegedy (2015), "Explaining and harnessing adversarial examples", ICLR,
     https://arxiv.org/abs/1412.6572 (FGSM, adversarial training).
     Madry, Makelov, Schmidt, Tsipras & Vladu (2018), "Towards deep learning models resistant to
-    adversarial attacks", ICLR, https://arxiv.org/abs/1706.06083 (PGD).
+    adversarial attacks", ICLR, https://arxiv.org/abs/1706.06083 (PGD, adversarial training).
+    Wong, Rice & Kolter (2020), "Fast is better than free: revisiting adversarial training", ICLR,
+    https://arxiv.org/abs/2001.03994 (fast FGSM adversarial training).
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
     parameter-free attacks", ICML, https://arxiv.org/abs/2003.01690 (the standard evaluation).
 """

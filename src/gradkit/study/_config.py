@@ -16,9 +16,10 @@ import os
 from gradkit import _checks
 from gradkit.study._datasets import check_name
 
-MODELS = ("single", "adaboost_m1", "adv_boost")
+MODELS = ("single", "adv_single", "adaboost_m1", "adv_boost")
 ATTACKS = ("fgsm", "pgd", "apgd-ce", "apgd-t", "square", "standard")
 ADV_ATTACKS = ("pgd", "fgsm")
+ADV_MODES = ("augment", "fit")  # the "mode" of adv_boost's `adversarial` (see gradkit.AdaBoostM1)
 NETWORKS = ("cnn", "mlp")
 QUICK = {"epsilons": [0.0, 0.1, 0.3], "n_estimators": 2, "epochs": 3, "apgd_steps": 5, "square_queries": 100}
 QUICK_SUBSET = (2000, 1000)  # at most this many train / test samples with quick=True
@@ -113,9 +114,14 @@ class StudyConfig:
         pgd_steps: PGD steps, int >= 1; `eps_step = 2.5 * eps / pgd_steps`. Defaults to 10.
         apgd_steps: APGD iterations (per target class for APGD-T), int >= 1. Defaults to 10.
         square_queries: Square's query budget, int >= 1. Defaults to 200.
-        adv_attack: the attack of adversarial boosting's rounds, "pgd" or "fgsm". Defaults to "pgd".
+        adv_attack: the attack of adversarial training (`adv_single`) and of adversarial boosting's
+            rounds (`adv_boost`), "pgd" or "fgsm" (fast FGSM with a random start inside `fit`).
+            Defaults to "pgd".
         adv_eps: its eps, a finite float >= 0. Defaults to 0.1.
-        adv_steps: its steps ("pgd"), int >= 1. Defaults to 5.
+        adv_steps: its steps ("pgd"; eps_step = 2.5 * adv_eps / adv_steps), int >= 1. Defaults to 5.
+        adv_mode: how `adv_boost` trains its rounds: "augment" (examples made between rounds against
+            the ensemble so far, training on clean + adversarial copies) or "fit" (each member
+            trained with `gradkit.adversarial_training`). Defaults to "augment".
         quick: whether `QUICK` and `QUICK_SUBSET` apply (see `from_options`). Defaults to False.
 
     Raises:
@@ -138,6 +144,7 @@ class StudyConfig:
     adv_attack: str = "pgd"
     adv_eps: float = 0.1
     adv_steps: int = 5
+    adv_mode: str = "augment"
     quick: bool = False
 
     def __post_init__(self):
@@ -153,6 +160,7 @@ class StudyConfig:
             },
             "adv_attack": _checked(_checks.check_choice, self.adv_attack, "adv_attack", ADV_ATTACKS),
             "adv_eps": _nonnegative([self.adv_eps], "adv_eps")[0],
+            "adv_mode": _checked(_checks.check_choice, self.adv_mode, "adv_mode", ADV_MODES),
             "quick": _checked(_checks.check_flag, self.quick, "quick"),
         }
         for key, value in canonical.items():

@@ -1,7 +1,9 @@
 """The study's model zoo (`build_model`) and how each trained model is saved in the output folder.
 
-single.keras              the single network (`keras.saving.load_model`)
-adaboost_m1/, adv_boost/  the boosted ensembles (`gradkit.boosting.load`)
+single.keras, adv_single.keras  the single networks (`keras.saving.load_model`); adv_single's file holds
+                                no trace of adversarial training (`gradkit.adversarial_training` is
+                                undone before saving; a saved model never carries it)
+adaboost_m1/, adv_boost/        the boosted ensembles (`gradkit.boosting.load`)
 """
 
 import os
@@ -12,7 +14,12 @@ import keras
 from gradkit._io import write_atomic
 from gradkit.boosting import load
 
-_FILES = {"single": "single.keras", "adaboost_m1": "adaboost_m1", "adv_boost": "adv_boost"}
+_FILES = {
+    "single": "single.keras",
+    "adv_single": "adv_single.keras",
+    "adaboost_m1": "adaboost_m1",
+    "adv_boost": "adv_boost",
+}
 
 
 def build_model(kind, input_shape, n_classes, *, learning_rate=3e-3):
@@ -58,7 +65,7 @@ def build_model(kind, input_shape, n_classes, *, learning_rate=3e-3):
 
 
 def model_path(out, name):
-    """Where the model `name` ("single", "adaboost_m1" or "adv_boost") lives in the folder `out`."""
+    """Where the model `name` (one of `MODELS`) lives in the folder `out`."""
     return os.path.join(out, _FILES[name])
 
 
@@ -73,7 +80,7 @@ def save_model(model, path):
 def load_model(name, path):
     """The saved model, or None (with a warning) when it is missing or cannot be loaded."""
     try:
-        return keras.saving.load_model(path) if name == "single" else load(path)
+        return keras.saving.load_model(path) if path.endswith(".keras") else load(path)
     except Exception as err:  # noqa: BLE001 - any failure means "train it again"
         warnings.warn(
             f"Could not load the finished model {name!r} from {path!r} ({err}); training it again.",

@@ -19,6 +19,7 @@ from gradkit import _io
 from gradkit.study._config import ConfigError
 
 _CSV_FIELDS = ("model", "attack", "eps", "accuracy")
+_ADDED = {"adv_mode": "augment"}  # options added later, with the value a study made before them had
 
 
 def fingerprint(data):
@@ -76,7 +77,7 @@ def check_out(out, config, backend):
             f"{out!r} holds a study run with the Keras backend {meta.get('backend')!r}, not {backend!r}: "
             "rerun with that KERAS_BACKEND to resume it, or use another --out."
         )
-    old = meta.get("config") or {}
+    old = {**_ADDED, **(meta.get("config") or {})}
     changed = [f"{k}: {old.get(k)!r} -> {config[k]!r}" for k in config if old.get(k) != config[k]]
     if changed:
         raise ConfigError(

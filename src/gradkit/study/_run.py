@@ -28,7 +28,7 @@ from gradkit.study import _attack, _outdir
 from gradkit.study._config import MODELS, QUICK_SUBSET, ConfigError, StudyConfig
 from gradkit.study._datasets import load_dataset, subsample
 from gradkit.study._models import load_model, model_path, save_model
-from gradkit.study._train import describe
+from gradkit.study._train import SINGLES, describe
 from gradkit.study._train import train_boosted as _train_boosted
 from gradkit.study._train import train_single as _train_single
 
@@ -116,7 +116,7 @@ def _trained(name, config, data, state, progress, log):
         state[key] = [row for row in state[key] if row["model"] != name]
     state["samples"].pop(name, None)
     tic = time.perf_counter()
-    model, curve = (_train_single if name == "single" else _train_boosted)(name, config, data, progress)
+    model, curve = (_train_single if name in SINGLES else _train_boosted)(name, config, data, progress)
     seconds = time.perf_counter() - tic
     save_model(model, path)
     ensemble = as_ensemble(model)

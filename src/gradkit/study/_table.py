@@ -24,7 +24,7 @@ def _epochs(name, record, config):
     if "members" not in record:
         return f"{name} {record.get('epochs', '?')} epochs"
     text = f"{name} {record['members']}/{record['asked']} members x {record['epochs']} epochs"
-    if name == "adv_boost":
+    if name == "adv_boost" and config.get("adv_mode", "augment") == "augment":
         text += " (round 1 trains twice: clean, then adversarial)"
     if record.get("stop_reason"):
         text += f" (stopped: {record['stop_reason']})"
@@ -51,17 +51,30 @@ def _attacks(config):
     return "attacks: " + "; ".join(parts)
 
 
+def _adversarial(config):
+    """The lines on how adv_single and adv_boost were trained."""
+    attack = config.get("adv_attack", "fgsm")
+    adv = f"{attack} eps {config['adv_eps']:g}"
+    adv += f", {config['adv_steps']} steps" if attack == "pgd" else ""
+    in_fit = f"{adv}{' (random start)' if attack == 'fgsm' else ''} examples made inside fit"
+    if config.get("adv_mode", "augment") == "fit":
+        boost = f"{in_fit} (gradkit.adversarial_training, boosting weights as sample weights)"
+    else:
+        boost = f"{adv} examples made against the ensemble so far, trained on clean + adversarial"
+    return [
+        f"adv_single trains on {in_fit} (gradkit.adversarial_training)",
+        f"adv_boost rounds ({config.get('adv_mode', 'augment')} mode) train on {boost}",
+    ]
+
+
 def header(state):
     """The lines above the table: backend, data, model, epochs, members, eps units, attack settings."""
     config, models = state["config"], state["models"]
-    adv = f"{config.get('adv_attack', 'fgsm')} eps {config['adv_eps']:g}"
-    if config.get("adv_attack") == "pgd":
-        adv += f", {config['adv_steps']} steps"
     return [
         f"gradkit study - Keras backend: {state['backend']} - data: {state['dataset']} "
         f"({state['n_train']} train / {state['n_test']} test, model {config['model']})",
         "training: " + "; ".join(_epochs(n, models[n], config) for n in MODELS if n in models),
-        f"adv_boost rounds train on {adv} examples",
+        *_adversarial(config),
         "eps: Linf norm, in input units (inputs scaled to [0, 1])",
         _attacks(config),
         "clean accuracy: "
@@ -107,5 +120,6 @@ def format_files(out):
     """The lines naming the folder `out` and each file the study wrote there."""
     lines = [f"wrote to {os.path.abspath(out)}:"]
     lines += [f"  {name:<16}{text}" for name, text in FILES.items()]
-    lines.append("  single.keras, adaboost_m1/, adv_boost/: the trained models (gradkit.load)")
+    lines.append("  single.keras, adv_single.keras (keras.saving.load_model), adaboost_m1/, adv_boost/")
+    lines.append("                  (gradkit.load): the trained models")
     return "\n".join(lines)

@@ -1,10 +1,14 @@
-"""Training the study's three models, each with `GradientNormCallback` and a per-epoch progress bar.
+"""Training the study's four models, each with `GradientNormCallback` and a per-epoch progress bar.
 
 - `single`: one network trained for `epochs * n_estimators` epochs, as many as AdaBoost.M1's members
   together;
+- `adv_single`: the same network and epochs, trained with `gradkit.adversarial_training` (the
+  `adv_attack` inside each training step: PGD with `adv_steps` steps and eps_step 2.5 * adv_eps /
+  adv_steps, or fast FGSM with a random start); saved without any trace of it;
 - `adaboost_m1`: `AdaBoostM1` with `n_estimators` rounds of `epochs` epochs;
 - `adv_boost`: the same with `adversarial={"attack": adv_attack, "eps": adv_eps, "steps": adv_steps,
-  "clip_values": (0, 1)}` (PGD by default; round 0 fits twice: clean, then clean + adversarial).
+  "clip_values": (0, 1), "mode": adv_mode}` (PGD by default; in mode "augment" round 0 fits twice:
+  clean, then clean + adversarial; in mode "fit" each member trains as `adv_single` does).
 
 A boosted model may keep fewer members than asked (a perfect or worse-than-random round stops
 boosting): `describe` records members kept, asked, and why boosting stopped.
@@ -16,6 +20,8 @@ References:
     https://arxiv.org/abs/1412.6572 (FGSM, adversarial training).
     Madry, Makelov, Schmidt, Tsipras & Vladu (2018), "Towards deep learning models resistant to
     adversarial attacks", ICLR, https://arxiv.org/abs/1706.06083 (PGD adversarial training).
+    Wong, Rice & Kolter (2020), "Fast is better than free: revisiting adversarial training", ICLR,
+    https://arxiv.org/abs/2001.03994 (FGSM with a random start).
 """
 
 import keras
@@ -25,6 +31,7 @@ from gradkit import backend
 from gradkit.boosting import AdaBoostM1
 from gradkit.monitor import GradientNormCallback
 from gradkit.study._models import build_model
+from gradkit.training import adversarial_training, untrack_adversarial_training
 
 
 class EpochLog(keras.callbacks.Callback):
@@ -42,19 +49,29 @@ class EpochLog(keras.callbacks.Callback):
         self.bar.update(1)
 
 
+SINGLES = ("single", "adv_single")  # one network each; the others are boosted
+
+
 def adversarial(config):
-    """The `adversarial` argument of `adv_boost`: the attack of its rounds (PGD or FGSM)."""
+    """The `adversarial` argument of `adv_boost`: the attack of its rounds (PGD or FGSM) and the mode."""
     options = {"attack": config.adv_attack, "eps": config.adv_eps, "clip_values": (0.0, 1.0)}
     if config.adv_attack == "pgd":
         eps_step = 2.5 * config.adv_eps / config.adv_steps if config.adv_eps > 0 else 1.0
         options.update(steps=config.adv_steps, eps_step=eps_step, seed=config.seed)
-    return options
+    return {**options, "mode": config.adv_mode}
+
+
+def adversarial_single(config):
+    """`gradkit.adversarial_training`'s arguments for `adv_single`: the settings of `adversarial`,
+    fgsm with a random start (Wong et al. 2020)."""
+    options = {k: v for k, v in adversarial(config).items() if k != "mode"}
+    return {**options, "random_start": True, "seed": config.seed}
 
 
 def describe(name, model, config):
     """What the table states about a trained model: epochs, and for boosted models members kept and
     asked, why boosting stopped, and the learner weights."""
-    if name == "single":
+    if name in SINGLES:
         return {"epochs": config.epochs * config.n_estimators}
     members, asked = len(model.estimators_), config.n_estimators
     reason = getattr(model, "stop_reason_", None)
@@ -79,10 +96,11 @@ def _bar(name, epochs, progress):
 
 
 def train_single(name, config, data, progress):
-    """Trains the network `name` for `epochs * n_estimators` epochs.
+    """Trains the network `name` for `epochs * n_estimators` epochs ("adv_single": adversarially).
 
     Args:
-        name: the model's name in the study ("single").
+        name: the model's name in the study, "single" or "adv_single" (`adversarial_single(config)`;
+            the returned model no longer trains adversarially, and its file holds no trace of it).
         config: a `StudyConfig`.
         data: the `Dataset` (after `--quick` subsampling and the data-parallel trim).
         progress: whether to show a progress bar.
@@ -96,18 +114,21 @@ def train_single(name, config, data, progress):
         log = EpochLog(bar)
         backend.set_random_seed(config.seed)  # no TensorFlow import on the other backends
         model = build_model(config.model, data.x_train.shape[1:], data.n_classes)
+        if name == "adv_single":
+            adversarial_training(model, **adversarial_single(config))
         model.fit(data.x_train, data.y_train, **_fit_kwargs(config, epochs, log))
-    return model, log.values
+    return untrack_adversarial_training(model), log.values
 
 
 def train_boosted(name, config, data, progress):
     """Trains `AdaBoostM1` ("adaboost_m1"), with adversarial rounds (`adversarial(config)`) for "adv_boost".
 
     Args and Returns: as for `train_single`; the model is the fitted `AdaBoostM1` and `grad_norm` one
-    list per `fit` (one per member; two for round 0 of "adv_boost").
+    list per `fit` (one per member; two for round 0 of "adv_boost" in mode "augment").
     """
     attack = adversarial(config) if name == "adv_boost" else None
-    epochs = config.epochs * (config.n_estimators + (attack is not None))  # adv round 0 trains twice
+    twice = attack is not None and config.adv_mode == "augment"  # its round 0 trains twice
+    epochs = config.epochs * (config.n_estimators + twice)
     with _bar(name, epochs, progress) as bar:
         log = EpochLog(bar)
         estimator = AdaBoostM1(

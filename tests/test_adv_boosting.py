@@ -1,0 +1,139 @@
+"""Adversarial boosting with `adversarial["mode"] = "fit"`: members adversarially trained inside `fit`."""
+
+import zipfile
+
+import keras
+import numpy as np
+import pytest
+from sklearn.tree import DecisionTreeClassifier
+
+import gradkit
+from gradkit.attacks import pgd
+from gradkit.boosting import SAMME, AdaBoostM1
+from gradkit.training._install import installed_state
+
+PGD = {"attack": "pgd", "eps": 0.3, "steps": 3, "eps_step": 0.25, "seed": 0, "clip_values": (-5.0, 5.0)}
+FIT = {"epochs": 4, "batch_size": 16}
+
+
+def data():
+    """Three overlapping blobs, as in tests/test_persistence.py."""
+    rng = np.random.RandomState(0)
+    y = np.arange(60) % 3
+    centers = np.array([[0.0, 0.0], [2.5, 0.0], [0.0, 2.5]])
+    return (centers[y] + rng.randn(60, 2) * 0.8).astype("float32"), y
+
+
+class Recording(keras.Sequential):
+    """Records, for every `fit`, the rows, the sample weights and the adversarial settings installed."""
+
+    seen = []
+
+    def fit(self, x=None, y=None, sample_weight=None, **kwargs):
+        state = installed_state(self)
+        Recording.seen.append((len(x), np.array(sample_weight), state and state.settings))
+        return super().fit(x, y, sample_weight=sample_weight, **kwargs)
+
+
+def learner(cls=Recording):
+    model = cls([keras.Input((2,)), keras.layers.Dense(16, activation="tanh"), keras.layers.Dense(3)])
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer=keras.optimizers.Adam(0.1), loss=loss)
+    return model
+
+
+def boosted(adversarial, build=learner, **kwargs):
+    return SAMME(build, n_estimators=2, fit_kwargs=FIT, random_state=0, adversarial=adversarial, verbose=0,
+               **kwargs)  # fmt: skip
+
+
+def test_fit_mode_trains_each_member_adversarially_once_and_judges_it_on_its_own_examples():
+    Recording.seen.clear()
+    x, y = data()
+    est = boosted({**PGD, "mode": "fit", "loss": "trades", "beta": 1.0}).fit(x, y)
+    assert len(est.estimators_) == 2 and [s[0] for s in Recording.seen] == [60, 60]  # one fit per round
+    for _, _, settings in Recording.seen:  # PGD inside each training step, the dict's settings
+        assert (settings.attack, settings.eps, settings.steps, settings.eps_step) == ("pgd", 0.3, 3, 0.25)
+        assert (settings.loss, settings.beta, settings.clip_values) == ("trades", 1.0, (-5.0, 5.0))
+    np.testing.assert_allclose(Recording.seen[0][1], np.ones(60))  # boosting weights, mean 1
+    assert Recording.seen[1][1].std() > 0 and Recording.seen[1][1].mean() == pytest.approx(1.0)
+    for member in est.estimators_:  # no trace of adversarial training left on the members
+        assert installed_state(member) is None and "compute_loss" not in vars(member)
+    first = est.estimators_[0]  # round 0: wrong on the clean point or on PGD against the member
+    x_adv = pgd(first, x, y, **{k: v for k, v in PGD.items() if k != "attack"})
+    wrong = (first.predict(x, verbose=0).argmax(1) != y) | (first.predict(x_adv, verbose=0).argmax(1) != y)
+    assert 0 < wrong.mean() < 2 / 3
+    assert est.estimator_errors_[0] == pytest.approx(wrong.mean(), abs=1e-12)
+    assert est.estimator_errors_[0] > np.mean(first.predict(x, verbose=0).argmax(1) != y)
+
+
+def tsipras(n, seed, d=30, eta=0.5, p=0.95):
+    """A robust feature and d weak ones shifted by +-eta (as in tests/test_adversarial_training.py)."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    s = 2.0 * y - 1
+    robust = s * np.where(rng.uniform(size=n) < p, 1.0, -1.0)
+    weak = eta * s[:, None] + rng.standard_normal((n, d))
+    return np.concatenate([robust[:, None], weak], axis=1).astype("float32"), y
+
+
+def mlp():
+    model = keras.Sequential(
+        [keras.Input((31,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)]
+    )
+    model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def test_fit_mode_members_are_robust_where_plain_boosting_is_not():
+    (x, y), (xt, yt) = tsipras(512, 0), tsipras(256, 1)
+    eps, options = 0.6, {"n_estimators": 2, "fit_kwargs": {"epochs": 20, "batch_size": 64}, "verbose": 0}
+    plain = AdaBoostM1(mlp, random_state=0, **options).fit(x, y)
+    attack = {"attack": "pgd", "eps": eps, "eps_step": eps / 4, "steps": 7, "seed": 0, "mode": "fit"}
+    robust = AdaBoostM1(mlp, random_state=0, adversarial=attack, **options).fit(x, y)
+    accuracy = {}
+    for name, est in (("plain", plain), ("robust", robust)):
+        x_adv = pgd(est, xt, yt, eps=eps, eps_step=eps / 4, steps=10, seed=0, objective="vote_margin")
+        accuracy[name] = float(np.mean(est.predict(x_adv) == yt))
+    assert accuracy["robust"] > accuracy["plain"] + 0.25, accuracy  # TensorFlow: 0.94 vs 0.31
+    assert robust.score(xt, yt) > 0.8
+
+
+@pytest.mark.parametrize(
+    "adversarial,match",
+    [
+        ({"attack": "pgd", "eps": 0.1, "mode": "madry"}, r'`adversarial\["mode"\]` must be one of'),
+        ({"attack": "pgd", "eps": 0.1, "mode": 1}, r'adversarial\["mode"\]=1'),
+        ({"attack": "pgd", "eps": 0.1, "mode": "fit", "stepz": 3}, r"unknown keys \['stepz'\]"),
+        ({"attack": "fgsm", "eps": 0.1, "ratio": 0.5}, r"unknown keys \['ratio'\]"),  # a training key
+    ],
+)
+def test_bad_mode_or_key_fails_before_training(adversarial, match):
+    Recording.seen.clear()
+    with pytest.raises(ValueError, match=match):
+        boosted(adversarial).fit(*data())
+    assert Recording.seen == []
+    with pytest.raises(TypeError, match="Keras"):  # fit mode needs Keras learners, as augment does
+        SAMME(lambda: DecisionTreeClassifier(max_depth=1), adversarial={**PGD, "mode": "fit"}).fit(*data())
+
+
+def test_fit_mode_saves_resumes_and_loads_without_a_trace(tmp_path):
+    x, y = data()
+    adversarial, plain = {**PGD, "mode": "fit"}, lambda: learner(keras.Sequential)
+    whole = boosted(adversarial, plain).fit(x, y)
+    path = tmp_path / "ckpt"
+    first = boosted(adversarial, plain, checkpoint_dir=str(path)).set_params(n_estimators=1).fit(x, y)
+    assert len(first.estimators_) == 1
+    with pytest.raises(ValueError, match="adversarial"):  # a checkpoint of the other mode is refused
+        boosted({**PGD, "mode": "augment"}, plain, checkpoint_dir=str(path)).fit(x, y, resume=True)
+    resumed = boosted(adversarial, plain, checkpoint_dir=str(path)).fit(x, y, resume=True)
+    np.testing.assert_allclose(resumed.estimator_weights_, whole.estimator_weights_, rtol=1e-5)
+    np.testing.assert_array_equal(resumed.predict(x), whole.predict(x))
+    loaded = gradkit.load(path)
+    assert loaded.adversarial["mode"] == "fit" and len(loaded.estimators_) == 2
+    np.testing.assert_array_equal(loaded.predict(x), resumed.predict(x))
+    for member in loaded.estimators_:
+        assert installed_state(member) is None and "compute_loss" not in vars(member)
+    for name in sorted(p.name for p in path.iterdir() if p.suffix == ".keras"):
+        with zipfile.ZipFile(path / name) as f:
+            assert "gradkit_adversarial" not in f.read("config.json").decode()
