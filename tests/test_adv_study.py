@@ -1,5 +1,7 @@
 """The study's adversarial settings without training: adv_mode, adv_single's arguments, the header, resume."""
 
+import json
+
 import pytest
 
 from gradkit import study
@@ -68,7 +70,7 @@ def test_a_study_made_before_adv_mode_resumes_as_augment(tmp_path):
     config = study.make_config()
     config.pop("out")
     old = {k: v for k, v in config.items() if k != "adv_mode"}
-    (tmp_path / "config.json").write_text(__import__("json").dumps({"config": old, "backend": "b"}))
+    (tmp_path / "config.json").write_text(json.dumps({"config": old, "backend": "b"}))
     _outdir.check_out(str(tmp_path), {**config, "adv_mode": "augment"}, "b")  # no error: it was augment
     with pytest.raises(study.ConfigError, match="adv_mode: 'augment' -> 'fit'"):
         _outdir.check_out(str(tmp_path), {**config, "adv_mode": "fit"}, "b")

@@ -13,7 +13,7 @@ from keras import tree
 
 from gradkit import _checks, backend
 from gradkit.gradients import _objectives
-from gradkit.gradients._batches import batches, take
+from gradkit.gradients._batches import batches, padded_size, take
 from gradkit.gradients._cache import compiled
 from gradkit.gradients._ensemble import as_ensemble, weighted_vote
 from gradkit.gradients._logits import activation_name, is_opaque, logits_model, output_layer
@@ -113,20 +113,13 @@ class AttackGradient:
         return trainables, [backend.variable_values(n) for _, n in self._variable_lists]
 
     def _batches(self, x, labels, targets, alphas):
-        """Yields `(rows, args)` per padded batch. The rows of a call are padded to `batch_size`, or
-        without it to the next power of two, so any sequence of row counts traces a bounded number of
-        times; where a new shape is cheap (`backend.ROW_QUANTUM`, PyTorch), only to that multiple."""
+        """Yields `(rows, args)` per batch, padded to `padded_size` rows (a bounded number of traces for
+        any sequence of row counts)."""
         n, untargeted = len(labels), targets is None
         alpha = backend.to_tensor(np.asarray(self.ensemble.weights if alphas is None else alphas, "float32"))
         trainables, non_trainables = self._variables()
-        multiple, quantum = backend.batch_multiple(), backend.ROW_QUANTUM
         for start, stop in batches(n, self.batch_size):
-            if quantum:
-                size = -(-(stop - start) // quantum) * quantum
-                size = min(size, self.batch_size) if self.batch_size else size
-            else:
-                size = self.batch_size or 1 << max(stop - start - 1, 0).bit_length()
-            pad = -(-size // multiple) * multiple
+            pad = padded_size(stop - start, self.batch_size)
             yb = take(labels, start, stop, pad)
             xb, yb, tb, wb = backend.distribute_batch(
                 (take(x, start, stop, pad), yb, yb if untargeted else take(targets, start, stop, pad),

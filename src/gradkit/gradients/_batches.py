@@ -12,6 +12,23 @@ def batches(n, batch_size):
     return [(start, min(start + step, n)) for start in range(0, n, step)]
 
 
+def padded_size(n_rows, batch_size):
+    """The rows a compiled call of `n_rows` rows is padded to, a multiple of the device count.
+
+    With `batch_size`, that size (one traced shape); without it, the next power of two (a bounded
+    number of traces for any sequence of row counts). Where a new shape is cheap
+    (`backend.ROW_QUANTUM`, PyTorch), only the next multiple of that quantum, capped at `batch_size`.
+    """
+    quantum = backend.ROW_QUANTUM
+    if quantum:
+        size = -(-n_rows // quantum) * quantum
+        size = min(size, batch_size) if batch_size else size
+    else:
+        size = batch_size or 1 << max(n_rows - 1, 0).bit_length()
+    multiple = backend.batch_multiple()
+    return -(-size // multiple) * multiple
+
+
 def take(structure, start, stop, pad_to, zeros=False):
     """Rows start:stop of every leaf, padded up to `pad_to` rows with copies of the first row (or 0)."""
 

@@ -10,7 +10,7 @@ import numpy as np
 from keras import tree
 
 from gradkit import _checks, backend
-from gradkit.gradients._batches import batches, rows, take
+from gradkit.gradients._batches import batches, padded_size, rows, take
 from gradkit.gradients._cache import cached, compiled
 from gradkit.gradients._ensemble import as_ensemble
 from gradkit.gradients._labels import check_labels, check_sample_weight
@@ -163,10 +163,8 @@ class InputGradient:
         trainables = [v[0] for v in values]
         non_trainables = [v[1] for v in values]
         parts, alpha = [], keras.ops.convert_to_tensor(np.asarray(self.ensemble.weights, "float32"))
-        multiple = backend.batch_multiple()
         for start, stop in batches(n, self.batch_size):
-            size = self.batch_size or 1 << (stop - start - 1).bit_length()  # row counts bucketed
-            pad = -(-size // multiple) * multiple
+            pad = padded_size(stop - start, self.batch_size)  # row counts bucketed
             xb, yb, wb = backend.distribute_batch(
                 (
                     take(x, start, stop, pad),
