@@ -31,3 +31,24 @@ def central_difference(f, x, h=1e-3):
         down[idx] -= h
         grad[idx] = (f(up) - f(down)) / (2 * h)
     return grad
+
+
+def blobs():
+    """Three overlapping 2-d blobs, 60 points: every round of the reference boosting fit has an error in
+    (0.1, 0.4). Returns float32 `(60, 2)` and int labels `(60,)`."""
+    rng = np.random.RandomState(0)
+    y = np.arange(60) % 3
+    centers = np.array([[0.0, 0.0], [2.5, 0.0], [0.0, 2.5]])
+    return (centers[y] + rng.randn(60, 2) * 0.8).astype("float32"), y
+
+
+def tsipras(n, seed, d=30, eta=0.5, p=0.95):
+    """One robust feature (the label's sign, flipped with probability 1 - p) and d weak features shifted
+    by +-eta: standard training leans on the weak ones, which an eps > eta attack flips (Tsipras et al.
+    2019, "Robustness may be at odds with accuracy")."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    s = 2.0 * y - 1
+    robust = s * np.where(rng.uniform(size=n) < p, 1.0, -1.0)
+    weak = eta * s[:, None] + rng.standard_normal((n, d))
+    return np.concatenate([robust[:, None], weak], axis=1).astype("float32"), y

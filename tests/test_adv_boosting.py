@@ -12,16 +12,14 @@ from gradkit.attacks import pgd
 from gradkit.boosting import SAMME, AdaBoostM1
 from gradkit.training._install import installed_state
 
+from conftest import blobs, tsipras
+
 PGD = {"attack": "pgd", "eps": 0.3, "steps": 3, "eps_step": 0.25, "seed": 0, "clip_values": (-5.0, 5.0)}
 FIT = {"epochs": 4, "batch_size": 16}
 
 
 def data():
-    """Three overlapping blobs, as in tests/test_persistence.py."""
-    rng = np.random.RandomState(0)
-    y = np.arange(60) % 3
-    centers = np.array([[0.0, 0.0], [2.5, 0.0], [0.0, 2.5]])
-    return (centers[y] + rng.randn(60, 2) * 0.8).astype("float32"), y
+    return blobs()
 
 
 class Recording(keras.Sequential):
@@ -65,16 +63,6 @@ def test_fit_mode_trains_each_member_adversarially_once_and_judges_it_on_its_own
     assert 0 < wrong.mean() < 2 / 3
     assert est.estimator_errors_[0] == pytest.approx(wrong.mean(), abs=1e-12)
     assert est.estimator_errors_[0] > np.mean(first.predict(x, verbose=0).argmax(1) != y)
-
-
-def tsipras(n, seed, d=30, eta=0.5, p=0.95):
-    """A robust feature and d weak ones shifted by +-eta (as in tests/test_adversarial_training.py)."""
-    rng = np.random.default_rng(seed)
-    y = rng.integers(0, 2, n)
-    s = 2.0 * y - 1
-    robust = s * np.where(rng.uniform(size=n) < p, 1.0, -1.0)
-    weak = eta * s[:, None] + rng.standard_normal((n, d))
-    return np.concatenate([robust[:, None], weak], axis=1).astype("float32"), y
 
 
 def mlp():

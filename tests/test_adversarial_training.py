@@ -20,18 +20,7 @@ from gradkit.training._geometry import replaced_rows
 from gradkit.training._objective import adversarial_examples, kl_per_sample
 from gradkit.training._settings import make_settings
 
-
-def tsipras(n, seed, d=30, eta=0.5, p=0.95):
-    """One robust feature (the label's sign, flipped with probability 1 - p) and d weak features shifted
-    by +-eta: standard training leans on the weak ones, which an eps > eta attack flips (Tsipras et al.
-    2019, "Robustness may be at odds with accuracy")."""
-    rng = np.random.default_rng(seed)
-    y = rng.integers(0, 2, n)
-    s = 2.0 * y - 1
-    robust = s * np.where(rng.uniform(size=n) < p, 1.0, -1.0)
-    weak = eta * s[:, None] + rng.standard_normal((n, d))
-    return np.concatenate([robust[:, None], weak], axis=1).astype("float32"), y
-
+from conftest import tsipras
 
 X, Y = tsipras(512, 0)
 XT, YT = tsipras(256, 1)

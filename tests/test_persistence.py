@@ -13,15 +13,13 @@ import gradkit
 from gradkit.boosting import SAMME
 from gradkit.boosting import _persistence as persistence
 
+from conftest import blobs
+
 FIT = {"epochs": 5, "batch_size": 16}
 
 
 def data():
-    """Three overlapping blobs: every round of the reference fit has an error in (0.1, 0.4)."""
-    rng = np.random.RandomState(0)
-    y = np.arange(60) % 3
-    centers = np.array([[0.0, 0.0], [2.5, 0.0], [0.0, 2.5]])
-    return (centers[y] + rng.randn(60, 2) * 0.8).astype("float32"), y
+    return blobs()
 
 
 def learner(*extra_layers):
