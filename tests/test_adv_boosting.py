@@ -1,5 +1,6 @@
 """Adversarial boosting with `adversarial["mode"] = "fit"`: members adversarially trained inside `fit`."""
 
+import functools
 import zipfile
 
 import keras
@@ -125,3 +126,33 @@ def test_fit_mode_saves_resumes_and_loads_without_a_trace(tmp_path):
     for name in sorted(p.name for p in path.iterdir() if p.suffix == ".keras"):
         with zipfile.ZipFile(path / name) as f:
             assert "gradkit_adversarial" not in f.read("config.json").decode()
+
+
+@pytest.mark.parametrize("mode", ["augment", "fit"])
+def test_pgd_without_steps_takes_adversarial_trainings_defaults(mode, monkeypatch):
+    """`gradkit.pgd` needs `steps` and `eps_step`; boosting fills them as `adversarial_training` does
+    (7 steps of 2.5 * eps / 7) instead of failing after the first round's training."""
+    from gradkit.boosting import _adversarial
+
+    seen = []
+    real = _adversarial.ATTACKS["pgd"]
+
+    @functools.wraps(real)  # the same signature: the key check reads it
+    def recording(model, x, y, **options):
+        seen.append((options["steps"], options["eps_step"]))
+        return real(model, x, y, **options)
+
+    monkeypatch.setitem(_adversarial.ATTACKS, "pgd", recording)
+    x, y = data()
+    est = boosted({"attack": "pgd", "eps": 0.35, "clip_values": (-5.0, 5.0), "mode": mode}).fit(x, y)
+    assert len(est.estimators_) == 2 and seen and all(s == (7, pytest.approx(0.125)) for s in seen)
+
+
+def test_a_loaded_fit_keeps_why_boosting_stopped(tmp_path):
+    x, y = data()
+    est = boosted({**PGD, "eps": 3.0}, lambda: learner(keras.Sequential)).set_params(n_estimators=4)
+    est.fit(x, y)
+    est.save(tmp_path / "fit")
+    loaded = gradkit.load(tmp_path / "fit")
+    assert loaded.stop_reason_ == est.stop_reason_
+    assert (est.stop_reason_ is None) == (len(est.estimators_) == 4)

@@ -15,7 +15,7 @@ import sys
 from gradkit import __version__, _quiet, study
 
 _EXAMPLE = """examples:
-  gradkit study --out runs/demo                     digits, CNN, 3 models, FGSM, PGD, standard (< 4 min)
+  gradkit study --out runs/demo                     digits, CNN, 4 models, FGSM, PGD, standard (< 4 min)
   gradkit study --quick --out runs/quick            small and fast (under a minute)
   gradkit study --dataset data.npz --model mlp      arrays x_train, y_train, x_test, y_test
   gradkit study --dataset cifar10 --quick           Keras' CIFAR-10 loader (downloads once)
@@ -122,7 +122,8 @@ def _add_study_options(add, defaults):
     add(
         "--epochs",
         type=int,
-        help=f"epochs per member; single gets n_estimators x epochs (default: {defaults['epochs']})",
+        help="epochs per member; single and adv_single get n_estimators x epochs "
+        f"(default: {defaults['epochs']})",
     )
     add(
         "--seed",

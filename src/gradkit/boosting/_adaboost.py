@@ -41,7 +41,8 @@ Args:
         (`WeightedEnsemble`, true labels), and the new learner trains on the clean samples plus their
         adversarial copies, copy i carrying boosting weight w_i; round 0 has no ensemble: its learner
         is first trained on the clean data, attacked, then trained further on clean plus adversarial.
-        Other keys (eps_step, steps, norm, clip_values, seed, ...) go to the attack. `"mode": "fit"`:
+        Other keys (eps_step, steps, norm, clip_values, seed, ...) go to the attack; "pgd" defaults to
+        `adversarial_training`'s 7 steps of 2.5 * eps / steps. `"mode": "fit"`:
         each round's learner is trained with `gradkit.adversarial_training` (the attack inside every
         training step, Madry et al. 2018; "fgsm" is fast FGSM with a random start), the boosting
         weights as sample weights, then attacked with the same attack; keys go to

@@ -43,6 +43,19 @@ def _keywords(fn, skip):
 _TRAINING_KEYS = _keywords(adversarial_training, ("model", "attack", "eps"))
 
 
+PGD_STEPS = 7  # `adversarial_training`'s default; eps_step then defaults to 2.5 * eps / steps (Madry et al.)
+
+
+def with_defaults(adversarial):
+    """`adversarial` with PGD's `steps` and `eps_step` filled in where missing (`gradkit.pgd` needs
+    both): 7 steps of 2.5 * eps / steps, as `gradkit.adversarial_training`."""
+    if adversarial["attack"] != "pgd":
+        return adversarial
+    steps = adversarial.get("steps", PGD_STEPS)
+    eps = adversarial["eps"]
+    return {"steps": steps, "eps_step": 2.5 * eps / steps if eps > 0 else 1.0, **adversarial}
+
+
 def mode(adversarial):
     """The mode of a checked `adversarial` dict: "augment" unless it says "fit"."""
     return adversarial.get("mode", "augment")
@@ -82,7 +95,7 @@ def attack(target, x, ids, adversarial):
         adversarial: `{"attack": "fgsm" | "pgd", "eps": float, **other keyword arguments}`; in "fit"
             mode only the keys the attack function takes (not `loss`) reach it.
     """
-    options = {k: v for k, v in adversarial.items() if k != "mode"}
+    options = {k: v for k, v in with_defaults(adversarial).items() if k != "mode"}
     fn = ATTACKS[options.pop("attack")]
     if mode(adversarial) == "fit":
         options = {k: v for k, v in options.items() if k == "eps" or k in _attack_keys(adversarial)}

@@ -3,7 +3,8 @@
 `meta` keys (besides the format's own): `class` (the estimator's class name), `params` (its JSON-able
 parameters, `build_fn` left out), `unsaved_params` (those JSON cannot hold), `classes`,
 `classes_dtype`, `n_classes`, `estimator_weights`, `estimator_errors`, and `state` (`sample_weight`,
-`finished`, `fingerprint`: what `fit(..., resume=True)` continues from).
+`finished`, `fingerprint`: what `fit(..., resume=True)` continues from; `stop_reason`: why boosting
+stopped early, or null).
 """
 
 import json
@@ -66,6 +67,7 @@ def to_state(estimator):
             "sample_weight": [float(v) for v in estimator._sample_weight],
             "finished": bool(estimator._finished),
             "fingerprint": estimator._fingerprint,
+            "stop_reason": getattr(estimator, "stop_reason_", None),
         },
     }
     return meta, members
@@ -106,6 +108,7 @@ def from_state(cls, meta, members, path):
     estimator._sample_weight = np.asarray(meta["state"]["sample_weight"], dtype=np.float64)
     estimator._finished = bool(meta["state"]["finished"])
     estimator._fingerprint = meta["state"]["fingerprint"]
+    estimator.stop_reason_ = meta["state"].get("stop_reason")  # absent in saves made before it was kept
     estimator._checkpoint_files = _persistence.record(path, meta["members"])
     return estimator
 
