@@ -96,23 +96,19 @@ class Traced:
 
         example = tuple(leaves[i].detach() for i in tensors)
         probe = tuple(_probe(t, k) for k, t in enumerate(example))
+        outputs = flatten(expected)
         try:
             with warnings.catch_warnings(), torch.no_grad():
                 warnings.simplefilter("ignore")  # TracerWarnings on shapes; the checks below decide
                 traced = torch.jit.trace(flat_fn, example, check_trace=False)
-                exact = _same(traced(*example), flatten(expected))
+                exact = _same(traced(*example), outputs)
                 exact = exact and _same(traced(*probe), flat_fn(*probe))
         except Exception:  # noqa: BLE001 - any failure to trace means "run eagerly"
             return False
-        if not exact:
-            return False
-        return traced, pack(expected, [None] * len(flatten(expected)))  # the structure, not the tensors
+        return (traced, pack(expected, [None] * len(outputs))) if exact else False  # keeps no tensor
 
     def __contains__(self, key):
         return key in self._traces
-
-    def __len__(self):
-        return len(self._traces)
 
 
 def _probe(t, k):
