@@ -95,6 +95,8 @@ def test_fit_mode_members_are_robust_where_plain_boosting_is_not():
         ({"attack": "pgd", "eps": 0.1, "mode": 1}, r'adversarial\["mode"\]=1'),
         ({"attack": "pgd", "eps": 0.1, "mode": "fit", "stepz": 3}, r"unknown keys \['stepz'\]"),
         ({"attack": "fgsm", "eps": 0.1, "ratio": 0.5}, r"unknown keys \['ratio'\]"),  # a training key
+        ({"attack": "pgd", "eps": 0.1, "loss": "trades"}, r'\["loss"\]` must be in "augment" mode'),
+        ({"attack": "fgsm", "eps": 0.1, "loss": "ce"}, r'need adversarial\["mode"\]="fit"'),
     ],
 )
 def test_bad_mode_or_key_fails_before_training(adversarial, match):

@@ -11,7 +11,7 @@ TOP = [
     "SAMME", "WeightGradient", "WeightedEnsemble", "apgd", "bim", "evaluate", "fgsm", "gradient_norm",
     "input_gradient", "load", "pgd", "plot_grad_norm", "plot_robustness", "robustness_curve", "run_study",
     "square", "track_gradient_norm", "untrack_gradient_norm", "weight_gradients", "adversarial_training",
-    "untrack_adversarial_training", "CatastrophicOverfittingCheck",
+    "untrack_adversarial_training", "CatastrophicOverfittingCheck", "WorseThanRandomError",
 ]  # fmt: skip
 PACKAGES = {
     "gradkit.gradients": [

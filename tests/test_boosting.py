@@ -12,6 +12,7 @@ from sklearn.tree import DecisionTreeClassifier
 
 import gradkit
 from gradkit.boosting import SAMME, AdaBoostM1
+from gradkit.errors import WorseThanRandomError
 
 
 class Stub:
@@ -61,7 +62,7 @@ def test_b2_samme_keeps_error_06_then_discards_worse_than_random():
 
 
 def test_b2_first_round_worse_than_random_raises():
-    with pytest.raises(ValueError, match="worse than random"):
+    with pytest.raises(WorseThanRandomError, match="worse than random"):  # a ValueError
         SAMME(stub_fn([right_on(range(3))], 3, []), verbose=0).fit(X10, Y3)  # 0.7 >= 1 - 1/3
     with pytest.raises(ValueError, match="worse than random"):
         AdaBoostM1(stub_fn([right_on(range(4))], 3, []), verbose=0).fit(X10, Y3)  # 0.6 >= 1/2

@@ -20,6 +20,7 @@ import pytest
 
 import gradkit
 from gradkit import cli, study
+from gradkit.errors import WorseThanRandomError
 from gradkit.gradients import as_ensemble
 from gradkit.study import _attack, _outdir, _run
 from gradkit.training._install import installed_state
@@ -295,6 +296,33 @@ def test_resume_after_interrupted_training(quick_dir, tmp_path, monkeypatch, nam
     assert final["models"][name]["clean_accuracy"] == original["models"][name]["clean_accuracy"]
     assert _rows(final) == _rows(original)
     assert os.path.exists(out / file) and set(os.listdir(out)) == FILES
+
+
+def test_a_boosted_model_that_cannot_train_exits_1(quick_dir, tmp_path, monkeypatch, capsys):
+    out = _copy(quick_dir, tmp_path)
+    state = _read(out)
+    for key in ("models", "grad_norm"):  # adv_boost not trained yet
+        state[key].pop("adv_boost")
+    for key in ("results", "evaluations", "warnings"):
+        state[key] = [r for r in state[key] if r["model"] != "adv_boost"]
+    state["samples"].pop("adv_boost")
+    _write(out, state)
+    shutil.rmtree(out / "adv_boost")
+    _no_training(monkeypatch)
+
+    def worse(*args):  # what AdaBoostM1.fit raises for a first learner worse than random
+        raise WorseThanRandomError("The first learner is worse than random: weighted error 0.6340 >= 0.5000")
+
+    monkeypatch.setattr(_run, "_train_boosted", worse)
+    capsys.readouterr()
+    assert cli.main(["study", "--quick", "--no-progress", "--out", str(out)]) == 1
+    full = capsys.readouterr().err
+    err = full.splitlines()[-1]  # after the "reused the trained model" lines
+    assert "Traceback" not in full and err.startswith(
+        "gradkit study: error: adv_boost could not be trained. The first learner is worse"
+    )
+    assert "--adv-eps" in err and "another --out" in err
+    assert _read(out) == state and not [f for f in os.listdir(out) if f.startswith(".tmp")]
 
 
 def test_resume_after_interrupted_attacks(quick_dir, tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from gradkit import __version__, _quiet, study
+from gradkit.errors import WorseThanRandomError
 
 _EXAMPLE = """examples:
   gradkit study --out runs/demo                     digits, CNN, 4 models, FGSM, PGD, standard (< 4 min)
@@ -198,7 +199,9 @@ def main(argv=None):
 
     Returns:
         int: 0 on success (and for `--help`, `--version`), 2 on bad input (usage and message on stderr,
-        nothing written), 130 when interrupted.
+        nothing written), 1 when a boosted model cannot be trained with these settings (its first
+        learner is worse than random; message on stderr, the models finished before it kept), 130
+        when interrupted.
     """
     try:
         args = build_parser().parse_args(argv)
@@ -220,6 +223,9 @@ def main(argv=None):
     except (study.ConfigError, study.DatasetError) as err:
         print(f"gradkit study: error: {err}", file=sys.stderr)
         return 2
+    except WorseThanRandomError as err:  # a training that cannot succeed with these settings
+        print(f"gradkit study: error: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("gradkit study: interrupted; rerun the same command to resume.", file=sys.stderr)
         return 130

@@ -7,3 +7,12 @@ class DisconnectedGradientError(ValueError):
     Raised instead of returning a gradient of zeros or `None`, typically when the loss goes through a
     non-differentiable step such as `argmax`, `round` or a comparison.
     """
+
+
+class WorseThanRandomError(ValueError):
+    """The first learner of a boosting `fit` is no better than random guessing (weighted error >= 1/2
+    for AdaBoost.M1, >= 1 - 1/K for SAMME), so no ensemble can be built.
+
+    A `ValueError`, as in scikit-learn's AdaBoost; its own class so that a caller (`gradkit study`) can
+    tell it from bad input. The message names the error, the limit and the usual causes.
+    """

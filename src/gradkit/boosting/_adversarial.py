@@ -29,6 +29,7 @@ import numpy as np
 
 from gradkit import _checks
 from gradkit.attacks import fgsm, pgd
+from gradkit.gradients import resolve_loss
 from gradkit.training import adversarial_training, untrack_adversarial_training
 
 ATTACKS = {"fgsm": fgsm, "pgd": pgd}  # the attacks `adversarial` may name
@@ -77,13 +78,24 @@ def check(adversarial):
     and only keys that the attack (or, in "fit" mode, `adversarial_training`) takes.
 
     Raises:
-        ValueError: `adversarial["mode"]` not in `MODES`; an unknown key (before any training).
+        ValueError: `adversarial["mode"]` not in `MODES`; an unknown key; in "augment" mode a "loss" that
+            is no loss the attack can take (before any training).
     """
     _checks.check_choice(adversarial.get("mode", "augment"), 'adversarial["mode"]', MODES)
     unknown = sorted(set(adversarial) - _known(adversarial))
     if unknown:
         expected = f"free of the unknown keys {unknown} (known: {sorted(_known(adversarial))})"
         _checks.fail("adversarial", expected, adversarial)
+    if mode(adversarial) == "augment" and adversarial.get("loss") is not None:
+        try:  # the attack's loss, checked before any training (it is first used after round 0's fit)
+            resolve_loss(adversarial["loss"])
+        except (TypeError, ValueError):
+            expected = (
+                'in "augment" mode the loss the attack ascends: a Keras loss (identifier, class, instance) '
+                'or a callable; the objectives of adversarial training ("ce", "trades") need '
+                'adversarial["mode"]="fit"'
+            )
+            _checks.fail('adversarial["loss"]', expected, adversarial["loss"])
 
 
 def attack(target, x, ids, adversarial):

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from gradkit import backend
 from gradkit.boosting import _adversarial, _checkpoint, _data, _describe, _learners, _params, _voting
+from gradkit.errors import WorseThanRandomError
 from gradkit.gradients import WeightedEnsemble, check_x
 
 
@@ -69,8 +70,10 @@ class BaseBoosting(_voting.VotingMixin, ClassifierMixin, BaseEstimator):
             self.
 
         Raises:
-            ValueError: bad parameters or data, one class, a first learner worse than random, a
-                checkpoint made on other data or settings, or more rounds than `n_estimators`.
+            ValueError: bad parameters or data, one class, a checkpoint made on other data or
+                settings, or more rounds than `n_estimators`.
+            WorseThanRandomError: (a ValueError) the first learner is worse than random; nothing is
+                kept (a later such learner is discarded and boosting stops, see `stop_reason_`).
             TypeError: a `build_fn` that returns neither a compiled Keras model nor an object with
                 fit(x, y, sample_weight=...) and predict(x).
         """
@@ -117,7 +120,7 @@ class BaseBoosting(_voting.VotingMixin, ClassifierMixin, BaseEstimator):
         error, limit = float(np.average(incorrect, weights=w)), self._max_error(self.n_classes_)
         if error >= limit:
             if t == 0:
-                raise ValueError(
+                raise WorseThanRandomError(
                     f"The first learner is worse than random: weighted error {error:.4f} >= {limit:.4f} "
                     f"for {type(self).__name__} with {self.n_classes_} classes. Usual causes: unscaled "
                     "inputs (pixels in [0, 255]: divide by 255), too few epochs or samples per round "

@@ -159,7 +159,7 @@ class StudyConfig:
                 for key, low in _MINIMUM.items()
             },
             "adv_attack": _checked(_checks.check_choice, self.adv_attack, "adv_attack", ADV_ATTACKS),
-            "adv_eps": _nonnegative([self.adv_eps], "adv_eps")[0],
+            "adv_eps": _checked(_checks.check_eps, self.adv_eps, "adv_eps"),
             "adv_mode": _checked(_checks.check_choice, self.adv_mode, "adv_mode", ADV_MODES),
             "quick": _checked(_checks.check_flag, self.quick, "quick"),
         }

@@ -22,6 +22,7 @@ from tqdm import tqdm
 from gradkit._checks import fail
 from gradkit.attacks import decide
 from gradkit.backend import batch_multiple
+from gradkit.errors import WorseThanRandomError
 from gradkit.gradients import as_ensemble
 from gradkit.plotting import plot_grad_norm, plot_robustness
 from gradkit.study import _attack, _outdir
@@ -59,6 +60,8 @@ def run_study(config, *, progress=True, log=None):
         ConfigError: a bad option, an unusable `out`, or `out` holding a study with another
             configuration, backend or data; raised before anything is written.
         DatasetError: the data set cannot be loaded; nothing is written.
+        WorseThanRandomError: a boosted model's first learner is worse than random (an adversarial eps
+            too large for the data, too few epochs); the models finished before it stay saved.
     """
     if isinstance(config, Mapping):
         config = StudyConfig.from_options(**config)
@@ -116,7 +119,14 @@ def _trained(name, config, data, state, progress, log):
         state[key] = [row for row in state[key] if row["model"] != name]
     state["samples"].pop(name, None)
     tic = time.perf_counter()
-    model, curve = (_train_single if name in SINGLES else _train_boosted)(name, config, data, progress)
+    try:
+        model, curve = (_train_single if name in SINGLES else _train_boosted)(name, config, data, progress)
+    except WorseThanRandomError as err:
+        raise WorseThanRandomError(
+            f"{name} could not be trained. {err} In the study: a smaller --adv-eps (adversarial models) "
+            f"or more --epochs, with another --out (the models finished in {config.out!r} belong to this "
+            "configuration)."
+        ) from err
     seconds = time.perf_counter() - tic
     save_model(model, path)
     ensemble = as_ensemble(model)
