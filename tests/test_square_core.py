@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from gradkit.attacks._square import as_image, eta, p_schedule, square_core
+from gradkit.attacks._square import as_image, p_schedule, square_core
+from gradkit.attacks._square_proposals import eta
 
 SHAPE, C = (8, 8, 2), 4
 D = int(np.prod(SHAPE))
@@ -151,15 +152,15 @@ def test_linf_proposal_changes_one_window_of_the_x0_plus_minus_eps_corners(chann
     """Linf proposals: each sample's candidate differs from its best point in one window at most, sets
     it to `x0 +- eps` (one sign per channel, clipped), and is redrawn (up to 8 draws) while it would
     not change: with one-pixel windows already at `x0 + eps`, 1 - 2^-8 of them change per channel."""
-    from gradkit.attacks._square import _linf_proposal
+    from gradkit.attacks._square_proposals import linf_proposal
 
     rng, n = np.random.default_rng(0), 2000
     x0 = rng.uniform(0.2, 0.8, size=(n, 6, 6, channels)).astype(np.float32)
     best = x0 + np.float32(0.1)  # every pixel at its + corner
-    cand = _linf_proposal(best, x0, 0.1, 1e-3, rng, (0.0, 1.0))  # p tiny: 1x1 windows
+    cand = linf_proposal(best, x0, 0.1, 1e-3, rng, (0.0, 1.0))  # p tiny: 1x1 windows
     changed = np.abs(cand - best).max(axis=3) > 1e-7  # (n, 6, 6)
     assert changed.reshape(n, -1).sum(axis=1).max() == 1  # one pixel at most
     assert changed.any(axis=(1, 2)).mean() > 0.97  # redrawn until it changes (each draw: 1 - 2^-c)
     np.testing.assert_allclose(np.abs(cand - x0), 0.1, atol=1e-6)  # every pixel on a corner
-    wide = _linf_proposal(best, x0, 0.1, 0.5, rng, (0.0, 1.0))  # 4x4 windows (p * 36 = 18 -> side 4)
+    wide = linf_proposal(best, x0, 0.1, 0.5, rng, (0.0, 1.0))  # 4x4 windows (p * 36 = 18 -> side 4)
     assert (np.abs(wide - best).max(axis=3) > 1e-7).reshape(n, -1).sum(axis=1).max() <= 16

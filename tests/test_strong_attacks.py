@@ -160,3 +160,54 @@ def test_apgd_t_runs_its_targets_together_and_keeps_the_first_that_succeeds(digi
     np.testing.assert_allclose(adv, x + 0.01 * (first + 1)[:, None], atol=1e-6)  # target 0: best iterate
     monkeypatch.setattr(_apgd_attack, "_STACKED_VALUES", n * x.shape[1] * 2)  # two targets per run
     assert [len(g) for g in _apgd_attack._groups([0, 1, 2, 3, 4], n, x.shape[1])] == [2, 2, 1]
+
+
+@pytest.mark.parametrize("batch_size", [None, 7])
+def test_a_bound_forward_gives_forward_and_traces_nothing_new(digits_mlp, batch_size):
+    """`AttackGradient.bind` (Square's forward pass on fixed rows) equals `forward`, for a model and an
+    ensemble, untargeted and targeted, batched or not, through the same compiled function."""
+    from gradkit.gradients import AttackGradient
+
+    model, x, y = digits_mlp
+    x, y = x[:20], y[:20]
+    targets = (y + 1) % 10
+    for target in (model, gradkit.WeightedEnsemble([model, model], [0.7, 0.3])):
+        for targeted, t in ((False, None), (True, targets)):
+            objective = AttackGradient(target, loss="margin", targeted=targeted, batch_size=batch_size)
+            values, logits = objective.forward(x, y if t is None else t)
+            count = objective.trace_count
+            bound = objective.bind(y if t is None else t)
+            for scale in (1.0, 0.5):  # new inputs on the same rows
+                got = bound(x * scale)
+                expected = objective.forward(x * scale, y if t is None else t)
+                np.testing.assert_allclose(got[0], expected[0], rtol=1e-6, atol=1e-6)
+                np.testing.assert_allclose(got[1], expected[1], rtol=1e-6, atol=1e-6)
+            assert got[0].dtype == np.float64 and got[1].shape == logits.shape
+            assert objective.trace_count == count  # the bound call is the compiled forward
+            if len(logits) == 1 and not targeted:  # the margin by hand: max_{j != y} z_j - z_y
+                z = logits[0]
+                other = np.where(np.eye(10, dtype=bool)[y], -np.inf, z).max(axis=1)
+                np.testing.assert_allclose(values, other - z[np.arange(20), y], rtol=1e-5, atol=1e-5)
+
+
+def test_square_with_its_bound_forward_equals_the_plain_forward(digits_mlp):
+    """`gradkit.square` queries through `Session.bind`; the numpy core with the session's plain
+    `forward` draws the same proposals and gives the same examples and query counts."""
+    from gradkit.attacks._session import Session
+    from gradkit.attacks._square import square_core
+
+    model, x, y = digits_mlp
+    x, y = x[:60], y[:60]
+    options = dict(eps=0.1, norm=np.inf, n_queries=80, p_init=0.8, clip_values=(0.0, 1.0))
+    runs = []
+    for bound in (True, False):
+        session = Session(model, x, y, eps=0.1, norm=np.inf, clip_values=(0, 1), batch_size=None,
+                          output=None, loss="margin", objective="loss_sum")  # fmt: skip
+        runs.append(square_core(session.forward, session.x0, session.labels, rng=0,
+                                bind=session.bind if bound else None, **options))  # fmt: skip
+        runs[-1] += (session.n_forwards,)
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+    adv, success, used, forwards = runs[0]
+    assert forwards == used.sum() and 0 < success.sum() < 60
+    np.testing.assert_array_equal(gradkit.square(model, x, y, seed=0, **options), adv)

@@ -65,6 +65,18 @@ class Session:
         self.n_forwards += len(labels)
         return values, self.objective.decide(logits)
 
+    def bind(self, labels, targets):
+        """`forward` on rows whose labels and targets stay fixed: `bound(x) -> (values, predictions)`,
+        counted (see `AttackGradient.bind`)."""
+        bound = self.objective.bind(labels, targets)
+
+        def forward(x):
+            values, logits = bound(x)
+            self.n_forwards += len(labels)
+            return values, self.objective.decide(logits)
+
+        return forward
+
     def predict(self, x):
         """The real decision `(n,)` on `x`."""
         return self.forward(x, self.labels, None)[1]

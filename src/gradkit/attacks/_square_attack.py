@@ -22,6 +22,7 @@ def square_run(model, x, y=None, *, eps, norm=np.inf, n_queries=5000, p_init=0.8
     x_adv, success, _ = square_core(
         session.forward, session.x0, session.labels, eps=session.eps, norm=session.norm, n_queries=n_queries,
         p_init=p_init, clip_values=session.clip_values, rng=np.random.default_rng(seed), targets=targets,
+        bind=session.bind,
     )  # fmt: skip
     return x_adv, success, session
 

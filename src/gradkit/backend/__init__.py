@@ -10,7 +10,10 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
 - `quiet_retracing()`: a context manager that silences the framework's retracing warnings for gradkit's
   own `predict` calls on new models (TensorFlow; a no-op elsewhere).
 - `set_random_seed(seed)`: `keras.utils.set_random_seed` without importing TensorFlow on JAX/PyTorch.
-- `compile_forward(fn)`: the same function compiled without a gradient (forward passes only).
+- `compile_forward(fn)`: the same function compiled without a gradient (forward passes only). Its
+  callable has `bind(trainable, non_trainable, y, weights)`, which returns `f(x)` for one tensor `x`
+  with the other arguments fixed (on PyTorch flattened once, for the thousands of calls of a
+  score-based attack on the same rows).
 - `compile_grad(..., has_aux=True)`: `fn` returns `(loss, aux)`; the call returns `((loss, aux), grads)`.
 - `variable_values(variables, differentiable)`: the current values of Keras variables, passed as
   arguments so that later training is seen without recompiling.

@@ -15,6 +15,17 @@ def batch_multiple():
     return 1
 
 
+def bind_all_but_x(call):
+    """`call.bind` of a compiled forward: `bind(trainable, non_trainable, y, weights)` returns
+    `lambda x: call(trainable, non_trainable, x, y, weights)` (where a call costs no Python to speak
+    of, TensorFlow and JAX)."""
+
+    def bind(trainable, non_trainable, y, weights):
+        return lambda x: call(trainable, non_trainable, x, y, weights)
+
+    return bind
+
+
 def distribute_batch(structure):
     """No-op; raises NotImplementedError when a `keras.distribution` is active."""
     _refuse_distribution()

@@ -18,6 +18,9 @@ a trace alone: attack successes are confirmed with the model's own `predict`.
 `torch.jit.trace` is deprecated upstream in favour of `torch.export` (measured here 25x slower to build
 a program and no faster to call) and `torch.compile` (71 s to compile on a 2-core CPU). Its warnings
 are silenced during tracing; where `torch.jit.trace` is gone or fails, everything runs eagerly.
+
+The PyTorch backend's `compile_forward` (and its `bind`, for the thousands of calls of a score-based
+attack on the same rows) lives here, next to the traces it serves.
 """
 
 import os
@@ -107,6 +110,13 @@ class Traced:
             return False
         return (traced, pack(expected, [None] * len(outputs))) if exact else False  # keeps no tensor
 
+    def replay(self, key):
+        """`(traced, output structure)` for a signature served by a trace, else None (a signature not
+        seen yet, or one that runs eagerly): callers that flatten their own arguments call `traced`
+        on the tensors in `flatten` order and `pack` its outputs."""
+        entry = self._traces.get(key)
+        return entry or None
+
     def __contains__(self, key):
         return key in self._traces
 
@@ -134,3 +144,39 @@ def _same(got, expected):
         if not torch.allclose(a, b, rtol=_RTOL, atol=_ATOL, equal_nan=True):
             return False
     return True
+
+
+def signature(*args):
+    """The trace key of the data arguments: each leaf's shape and dtype (the variables' are fixed)."""
+    return tuple((tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else t for t in flatten(args))
+
+
+def compile_forward(fn):
+    """`fn(trainable, non_trainable, x, y, weights)` without autograd (`torch.no_grad`), traced per
+    signature where the trace is exact."""
+    traced = Traced(fn)
+
+    def call(*args):
+        key = signature(*args[2:])
+        call.trace_count += key not in traced
+        with torch.no_grad():
+            return traced(key, *args)
+
+    def bind(trainable, non_trainable, y, weights):
+        """`lambda x: call(trainable, non_trainable, x, y, weights)` for one tensor `x`, the other
+        arguments flattened once (a score-based attack's thousands of calls on the same rows)."""
+        rest = signature(y, weights)
+        before = [t for t in flatten((trainable, non_trainable)) if isinstance(t, torch.Tensor)]
+        after = [t for t in flatten((y, weights)) if isinstance(t, torch.Tensor)]
+
+        def bound(x):
+            entry = traced.replay(((tuple(x.shape), x.dtype),) + rest)
+            if entry is None:  # first call of this shape (it builds the trace), or an eager one
+                return call(trainable, non_trainable, x, y, weights)
+            with torch.no_grad():
+                return pack(entry[1], entry[0](*before, x, *after))
+
+        return bound
+
+    call.trace_count, call.traced, call.bind = 0, traced, bind
+    return call

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from gradkit.backend._common import (  # noqa: F401
     batch_multiple,
+    bind_all_but_x,
     build_optimizer,
     distribute_batch,
     test_step_without,
@@ -164,7 +165,7 @@ def compile_forward(fn):
     def call(*args):
         return forward(*args)
 
-    call.trace_count = 0
+    call.trace_count, call.bind = 0, bind_all_but_x(call)
     return call
 
 

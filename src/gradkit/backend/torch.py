@@ -23,7 +23,8 @@ from gradkit.backend._common import (  # noqa: F401
 )
 from gradkit.backend._common import set_random_seed as _set_keras_seed
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
-from gradkit.backend._torch_trace import Traced, flatten
+from gradkit.backend._torch_trace import Traced, compile_forward, flatten  # noqa: F401
+from gradkit.backend._torch_trace import signature as _signature
 from gradkit.errors import DisconnectedGradientError
 
 ROW_QUANTUM = 32  # rows of a call are padded to a multiple of this (a new trace costs milliseconds here)
@@ -198,26 +199,6 @@ def wrap_train_step(model, metric, norms_fn):
         return logs
 
     return train_step, test_step_without(metric, step_cls, model)
-
-
-def _signature(*args):
-    """The trace key of the data arguments: each leaf's shape and dtype (the variables' are fixed)."""
-    return tuple((tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else t for t in flatten(args))
-
-
-def compile_forward(fn):
-    """`fn(trainable, non_trainable, x, y, weights)` without autograd (`torch.no_grad`), traced per
-    signature where the trace is exact."""
-    traced = Traced(fn)
-
-    def call(*args):
-        key = _signature(*args[2:])
-        call.trace_count += key not in traced
-        with torch.no_grad():
-            return traced(key, *args)
-
-    call.trace_count, call.traced = 0, traced
-    return call
 
 
 def input_ascent(model, loss_of, x, update, steps, call_kwargs):

@@ -146,6 +146,37 @@ class AttackGradient:
             logits.append(backend.to_numpy(z)[:, :rows])
         return np.concatenate(values).astype(np.float64), np.concatenate(logits, axis=1)
 
+    def bind(self, labels, targets=None):
+        """`forward` on rows whose labels (and targets) stay fixed: `bound(x) -> (values, logits)` for
+        `x` of `len(labels)` rows. The labels, row weights, ensemble weights and the members' variable
+        values are converted once, when binding (the Square Attack queries the same rows thousands of
+        times; the model must not change while a bound forward is used)."""
+        n = len(labels)
+        parts, untargeted = [], targets is None
+        alpha = backend.to_tensor(np.asarray(self.ensemble.weights, "float32"))
+        trainables, non_trainables = self._variables()
+        for start, stop in batches(n, self.batch_size):
+            pad = padded_size(stop - start, self.batch_size)
+            yb = take(labels, start, stop, pad)
+            tb = yb if untargeted else take(targets, start, stop, pad)
+            yb, tb, wb = backend.distribute_batch(
+                (yb, tb, take(np.ones(n, np.float32), start, stop, pad, True))
+            )
+            fn = self._forward_fn.bind(trainables, non_trainables, (yb, tb), {"rows": wb, "alpha": alpha})
+            parts.append((start, stop, pad, fn))
+
+        def bound(x):
+            values, logits = [], []
+            for start, stop, pad, fn in parts:
+                v, z = fn(backend.distribute_batch((take(x, start, stop, pad),))[0])
+                values.append(backend.to_numpy(v)[: stop - start])
+                logits.append(backend.to_numpy(z)[:, : stop - start])
+            if len(parts) == 1:
+                return values[0].astype(np.float64), logits[0]
+            return np.concatenate(values).astype(np.float64), np.concatenate(logits, axis=1)
+
+        return bound
+
     def decide(self, logits):
         """The real decision `(n,)` int64 from member logits `(K, n, C)`: argmax for one model, the
         weighted hard vote for an ensemble (ties to the lower class id, as `WeightedEnsemble.predict`)."""

@@ -22,6 +22,13 @@ _BIG = 1e4  # pushes a class out of a max/sort without inf arithmetic
 _TINY = 1e-12
 
 
+def _one_hot(labels, z):
+    """`(n, C)` float like `z`: 1 at each row's class id, else 0. `ops.one_hot` without its range check
+    (labels are checked before any attack; on PyTorch the check reads the ids back to the host on
+    every call)."""
+    return ops.cast(ops.expand_dims(labels, -1) == ops.arange(z.shape[-1], dtype=labels.dtype), z.dtype)
+
+
 def _other_max(z, onehot):
     """max_{j != y} z_j, `(n,)`."""
     return ops.max(z - _BIG * onehot, axis=-1)
@@ -36,11 +43,10 @@ def ce(z, y, t, targeted):
 
 def margin(z, y, t, targeted):
     """Margin loss: max_{j != y} z_j - z_y untargeted; z_t - max_{j != t} z_j targeted (> 0: success)."""
-    c = z.shape[-1]
     if targeted:
-        ot = ops.one_hot(t, c)
+        ot = _one_hot(t, z)
         return ops.sum(z * ot, axis=-1) - _other_max(z, ot)
-    oy = ops.one_hot(y, c)
+    oy = _one_hot(y, z)
     return _other_max(z, oy) - ops.sum(z * oy, axis=-1)
 
 
@@ -50,12 +56,11 @@ def dlr(z, y, t, targeted):
     Untargeted: -(z_y - max_{j != y} z_j) / (z_pi1 - z_pi3); targeted: -(z_y - z_t) / (z_pi1 -
     (z_pi3 + z_pi4) / 2), with z_pi the logits sorted in decreasing order. Shift- and scale-invariant.
     """
-    c = z.shape[-1]
     top = ops.flip(ops.sort(z, axis=-1), axis=-1)
-    oy = ops.one_hot(y, c)
+    oy = _one_hot(y, z)
     z_y = ops.sum(z * oy, axis=-1)
     if targeted:
-        z_t = ops.sum(z * ops.one_hot(t, c), axis=-1)
+        z_t = ops.sum(z * _one_hot(t, z), axis=-1)
         return -(z_y - z_t) / (top[:, 0] - 0.5 * (top[:, 2] + top[:, 3]) + _TINY)
     return -(z_y - _other_max(z, oy)) / (top[:, 0] - top[:, 2] + _TINY)
 
