@@ -211,6 +211,24 @@ def test_adv_single_is_the_robust_baseline(quick_dir):
     assert sum(b == "clean" for b in by) == round((1 - models["adv_single"]["clean_accuracy"]) * 450)
 
 
+def test_a_model_near_chance_is_flagged_after_training(quick_dir):
+    """A model whose clean accuracy is less than a quarter of the way from chance to 1 gets a
+    `near_chance` warning (adv_single at --adv-eps 0.3 on the quick study: 0.149); healthy ones none."""
+    config = study.StudyConfig(adv_eps=0.3)
+    (warning,) = _run._training_warnings("adv_single", 0.149, 10, config)
+    assert (warning["name"], warning["attack"], warning["model"]) == ("near_chance", "training", "adv_single")
+    assert "clean accuracy 0.149, near chance (0.100 for 10 classes)" in warning["message"]
+    assert "at eps 0.3 did not learn: a smaller --adv-eps or more --epochs" in warning["message"]
+    assert "--adv-eps" not in _run._training_warnings("single", 0.2, 10, config)[0]["message"]
+    cases = [(0.32, 10, True), (0.33, 10, False), (0.6, 2, True), (0.63, 2, False)]  # limits 0.325, 0.625
+    for accuracy, n_classes, flagged in cases:
+        assert bool(_run._training_warnings("single", accuracy, n_classes, config)) == flagged
+    state = _read(quick_dir)
+    assert not [w for w in state["warnings"] if w["name"] == "near_chance"]
+    table = study.format_table({**state, "warnings": [warning]})
+    assert "  adv_single (training): [near_chance] clean accuracy 0.149" in table
+
+
 def test_adv_single_file_has_no_trace_of_adversarial_training(quick_dir, tmp_path):
     model = keras.saving.load_model(quick_dir / "adv_single.keras")
     assert "compute_loss" not in vars(model) and installed_state(model) is None

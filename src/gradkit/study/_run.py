@@ -137,8 +137,29 @@ def _trained(name, config, data, state, progress, log):
         **describe(name, model, config),
     }
     state["models"][name], state["grad_norm"][name] = record, curve
+    state["warnings"] += _training_warnings(name, record["clean_accuracy"], data.n_classes, config)
     _outdir.write_state(state, config.out)
     return model
+
+
+def _training_warnings(name, accuracy, n_classes, config):
+    """`[near_chance]` when the clean test accuracy is less than a quarter of the way from chance
+    (1/K) to 1: the model barely learned the task, so its robust accuracies say nothing."""
+    chance = 1.0 / n_classes
+    if accuracy >= chance + 0.25 * (1.0 - chance):
+        return []
+    hint = "more --epochs"
+    if name.startswith("adv_"):
+        hint = f"adversarial training at eps {config.adv_eps:g} did not learn: a smaller --adv-eps or {hint}"
+    message = (
+        f"clean accuracy {accuracy:.3f}, near chance ({chance:.3f} for {n_classes} classes): the model "
+        f"barely learned the task, so its robust accuracies mean nothing; {hint}."
+    )
+    reference = (
+        "Carlini et al. (2019), On Evaluating Adversarial Robustness, https://arxiv.org/abs/1902.06705"
+    )
+    return [{"model": name, "attack": "training", "eps": 0.0, "name": "near_chance", "message": message,
+             "reference": reference}]  # fmt: skip
 
 
 def _attack_all(trained, config, data, state, log, progress):

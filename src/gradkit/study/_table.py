@@ -82,6 +82,11 @@ def header(state):
     ]
 
 
+def _when(warning):
+    """Where a warning arose: "training", or the eps of the evaluation that flagged it."""
+    return "training" if warning["attack"] == "training" else f"eps={warning['eps']:g}"
+
+
 def format_table(state, out=None):
     """The study's results as text: the header, then one block per attack, the worst case first.
 
@@ -108,9 +113,7 @@ def format_table(state, out=None):
     lines.append(f"\nworst case: per test point, over {used} at that eps or below")
     if state.get("warnings"):
         lines += ["", "warnings:"]
-        lines += [
-            f"  {w['model']} (eps={w['eps']:g}): [{w['name']}] {w['message']}" for w in state["warnings"]
-        ]
+        lines += [f"  {w['model']} ({_when(w)}): [{w['name']}] {w['message']}" for w in state["warnings"]]
     if out is not None:
         lines += ["", format_files(out)]
     return "\n".join(lines)
