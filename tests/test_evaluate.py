@@ -179,6 +179,14 @@ def test_state_of_another_evaluation_is_refused_untouched(data, fake, tmp_path):
         args = {"eps": 0.1, "y": y, **change}
         with pytest.raises(ValueError, match="`state_path` must be a new file or the state of this same"):
             evaluate(model, x, state_path=path, verbose=0, **args)
+    other = linear()  # the same architecture and weights: the same evaluation
+    assert evaluate(other, x, y, eps=0.1, state_path=path, verbose=0).broken_by is not None
+    assert len(fake.calls) == n_calls  # resumed: nothing attacked
+    other.layers[-1].kernel.assign(other.layers[-1].kernel * 1.001)  # weights changed (trained further)
+    ensemble = WeightedEnsemble([model, model], [0.5, 0.5])  # another model
+    for changed in (other, ensemble):
+        with pytest.raises(ValueError, match=r"same model and weights"):
+            evaluate(changed, x, y, eps=0.1, state_path=path, verbose=0)
     assert len(fake.calls) == n_calls
     assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before
 

@@ -12,11 +12,13 @@ import glob
 import hashlib
 import os
 
+import keras
 import numpy as np
 
 from gradkit import _checks, _io
+from gradkit.gradients import as_ensemble
 
-FORMAT = "gradkit.evaluation/1"
+FORMAT = "gradkit.evaluation/2"  # 2: the fingerprint holds the model's weights
 
 
 @dataclasses.dataclass
@@ -54,11 +56,28 @@ def _digest(a):
     return hashlib.sha256(a.tobytes()).hexdigest() + f":{a.dtype.str}:{a.shape}"
 
 
-def fingerprint(x, labels, config):
-    """The JSON-able identity of an evaluation: data digests and every argument that changes its result."""
+def model_digest(model):
+    """SHA-256 of a model's members (class, every variable's value, dtype and shape, in order; not their
+    names) and of the ensemble weights: another model, or the same one trained further, has another
+    digest."""
+    ensemble, h = as_ensemble(model), hashlib.sha256()
+    for member in ensemble.models:
+        h.update(type(member).__qualname__.encode())
+        for variable in member.weights:
+            value = np.ascontiguousarray(keras.ops.convert_to_numpy(variable))
+            h.update(f"{value.dtype.str}:{value.shape}".encode())
+            h.update(value.tobytes())
+    h.update(np.asarray(ensemble.weights, np.float64).tobytes())
+    return h.hexdigest()
+
+
+def fingerprint(model, x, labels, config):
+    """The JSON-able identity of an evaluation: the model's and the data's digests and every argument
+    that changes its result."""
     names = [e.name if e.fn is None else f"{e.fn.__module__}.{e.fn.__qualname__}" for e in config.entries]
     return {
         "format": FORMAT,
+        "model": model_digest(model),
         "x": _digest(x),
         "y": _digest(labels),
         "eps": config.eps,
@@ -85,8 +104,8 @@ def check_path(state_path):
 
 def _other(state_path, why):
     expected = (
-        "a new file or the state of this same evaluation (same x, y, eps, norm, attacks, seed, steps, "
-        f"n_queries, clip_values); {why}"
+        "a new file or the state of this same evaluation (same model and weights, x, y, eps, norm, attacks, "
+        f"seed, steps, n_queries, clip_values); {why}"
     )
     _checks.fail("state_path", expected, state_path)
 

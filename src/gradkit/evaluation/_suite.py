@@ -57,7 +57,8 @@ def evaluate(
         steps: int >= 1, iterations of APGD, PGD and BIM. Defaults to 100.
         state_path: None (default) or a JSON file path: after each finished attack the state is saved
             there atomically (arrays in `<stem>.<k>.npz` next to it); a rerun with the same arguments
-            continues after the last finished attack.
+            and the same model (its weights' SHA-256 is part of the state) continues after the last
+            finished attack.
         verbose: 0 silent; >= 1 (default) a tqdm progress bar per attack.
 
     Returns:
@@ -67,8 +68,8 @@ def evaluate(
     Raises:
         ValueError: an unknown attack name or objective, eps < 0, n_queries < 1, steps < 1, labels out
             of range, `x` outside `clip_values`, an attack the model has too few classes for, or a
-            `state_path` that holds another evaluation. All are raised before any attack runs and
-            before anything is written.
+            `state_path` that holds another evaluation (other arguments, another model or weights).
+            All are raised before any attack runs and before anything is written.
         TypeError: arguments of the wrong type.
 
     References:
@@ -91,7 +92,7 @@ def evaluate(
     )
     _plan.check_range(x, config.clip_values)
     state_path = _state.check_path(state_path)
-    fp = _state.fingerprint(x, labels, config)
+    fp = _state.fingerprint(model, x, labels, config) if state_path else None
     state = _state.load(state_path, fp) if state_path else None
     start = time.perf_counter()
     if state is None:

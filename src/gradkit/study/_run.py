@@ -53,8 +53,9 @@ def run_study(config, *, progress=True, log=None):
         ([{"model", "attack", "eps", "accuracy"}], accuracy in [0, 1]; attack "worst_case" is the
         per-sample worst case over every attack), "evaluations" (cost, per-attack figures and flags of
         each `gradkit.evaluate` run; it attacks only the `n_points` test points still robust when it
-        runs, and its accuracies are fractions of those), "warnings" (each model's flags, once), "samples" ({name:
-        {"clean", "broken", "by"}} per test point) and "grad_norm" ({name: [[float per epoch] per fit]}).
+        runs, and its accuracies are fractions of those), "warnings" (each model's flags, once),
+        "samples" ({name: {"clean", "broken", "by"}} per test point) and "grad_norm" ({name: [[float
+        per epoch] per fit]}).
 
     Raises:
         TypeError: `config` is neither a `StudyConfig` nor a dict.
