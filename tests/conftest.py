@@ -52,3 +52,12 @@ def tsipras(n, seed, d=30, eta=0.5, p=0.95):
     robust = s * np.where(rng.uniform(size=n) < p, 1.0, -1.0)
     weak = eta * s[:, None] + rng.standard_normal((n, d))
     return np.concatenate([robust[:, None], weak], axis=1).astype("float32"), y
+
+
+def ball(adv, x, eps=0.1):
+    """Hand-made or a peer's Linf examples with the rounding of `x + eps` undone, as gradkit undoes it
+    on the examples it returns (`x + float32(0.1)` can lie 0.10000002 from `x`): the attacks agree to
+    the bit after it."""
+    from gradkit.attacks._geometry import inside
+
+    return inside(np.asarray(adv, np.float32), x, eps, np.inf)

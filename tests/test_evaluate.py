@@ -195,6 +195,11 @@ def test_state_of_another_evaluation_is_refused_untouched(data, fake, tmp_path):
     "change, error, match",
     [
         ({"attacks": ["apgd-ce", "nope"]}, ValueError, r"`attacks\[1\]` must be"),
+        (
+            {"attacks": "autoattack"},
+            ValueError,
+            r"`attacks` must be \"standard\", an attack name or a list.*autoattack",
+        ),
         ({"attacks": ["apgd-ce/nope"]}, ValueError, r"`attacks\[0\]` must be"),
         ({"attacks": [3]}, TypeError, r"`attacks\[0\]` must be"),
         ({"attacks": []}, ValueError, "`attacks` must be"),

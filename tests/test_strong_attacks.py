@@ -210,4 +210,30 @@ def test_square_with_its_bound_forward_equals_the_plain_forward(digits_mlp):
         np.testing.assert_array_equal(a, b)
     adv, success, used, forwards = runs[0]
     assert forwards == used.sum() and 0 < success.sum() < 60
-    np.testing.assert_array_equal(gradkit.square(model, x, y, seed=0, **options), adv)
+    from gradkit.attacks._geometry import inside  # gradkit.square undoes x0 + eps's rounding at the end
+
+    np.testing.assert_array_equal(gradkit.square(model, x, y, seed=0, **options), inside(adv, x, 0.1, np.inf))
+
+
+@pytest.mark.parametrize("norm, eps", [(np.inf, 0.1), (np.inf, 8 / 255), (2, 1.0)])
+def test_examples_are_in_the_ball_exactly_as_a_user_checks_it(digits_mlp, norm, eps):
+    """`x0 + float32(0.1)` can lie 0.10000002 from `x0`; every attack's examples are within eps in
+    float32 and in float64 arithmetic (no tolerance), and inside the box."""
+    model, x, y = digits_mlp
+    common = dict(eps=eps, norm=norm, clip_values=(0, 1))
+    examples = {
+        "fgsm": gradkit.fgsm(model, x, y, **common),
+        "pgd": gradkit.pgd(model, x, y, eps_step=eps / 4, steps=5, random_start=True, seed=0, **common),
+        "apgd": gradkit.apgd(model, x, y, steps=10, seed=0, **common),
+        "apgd-t": gradkit.apgd(model, x, y, steps=5, targeted=True, n_target_classes=2, seed=0, **common),
+        "square": gradkit.square(model, x, y, n_queries=30, seed=0, **common),
+        "evaluate": gradkit.evaluate(model, x, y, steps=5, n_queries=30, verbose=0, **common).x_adv,
+    }
+    for name, adv in examples.items():
+        assert adv.dtype == np.float32 and adv.min() >= 0 and adv.max() <= 1, name
+        for dtype in (np.float32, np.float64):
+            delta = (adv.astype(dtype) - x.astype(dtype)).reshape(len(x), -1)
+            size = np.abs(delta).max(axis=1) if norm == np.inf else np.linalg.norm(delta, axis=1)
+            assert size.max() <= eps, (name, dtype, float(size.max()))
+        if norm == np.inf and name != "square":  # sign steps end on the ball's face: eps to 1e-7
+            assert np.abs(adv - x).max() > eps - 1e-7, name

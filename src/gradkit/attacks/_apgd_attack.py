@@ -3,6 +3,7 @@
 import numpy as np
 
 from gradkit import _checks
+from gradkit.attacks import _geometry as geometry
 from gradkit.attacks._apgd import apgd_core
 from gradkit.attacks._session import Session
 
@@ -51,7 +52,7 @@ def apgd_run(model, x, y=None, *, eps, norm=np.inf, steps=100, loss="ce", target
         for _ in range(n_restarts):
             todo = np.flatnonzero(~success)
             if not len(todo):
-                return x_adv, success, session
+                return geometry.inside(x_adv, session.x0, session.eps, session.norm), success, session
             rows = np.tile(todo, len(group))  # target-major: the rows of target j are rows j*m:(j+1)*m
             adv, hit, _, _ = apgd_core(
                 step, session.x0[rows], session.labels[rows], eps=session.eps, norm=session.norm,
@@ -63,7 +64,7 @@ def apgd_run(model, x, y=None, *, eps, norm=np.inf, steps=100, loss="ce", target
             keep = broken | ~tried[todo]  # a point never broken keeps its first run's best iterate
             x_adv[todo[keep]] = adv[first, np.arange(len(todo))][keep]
             success[todo[broken]], tried[todo] = True, True
-    return x_adv, success, session
+    return geometry.inside(x_adv, session.x0, session.eps, session.norm), success, session
 
 
 def _groups(targets, n, features):

@@ -25,7 +25,8 @@ def direction(g, norm):
 
 
 def project_and_clip(x, x0, eps, norm, clip_values):
-    """Projects x onto the eps-ball around the clean x0, then clips to `clip_values`."""
+    """Projects x onto the eps-ball around the clean x0, then clips to `clip_values` (up to the rounding
+    of `x0 + delta`, which `inside` undoes on the examples an attack returns)."""
     e = x0.dtype.type(eps)
     delta = x - x0
     if norm == np.inf:
@@ -35,6 +36,38 @@ def project_and_clip(x, x0, eps, norm, clip_values):
     x = x0 + delta
     if clip_values is not None:
         x = np.clip(x, x0.dtype.type(clip_values[0]), x0.dtype.type(clip_values[1]))
+    return x
+
+
+def inside(x, x0, eps, norm):
+    """`x` with the rounding of `x0 + delta` undone where it left the ball: `x0 + float32(0.1)` can lie
+    0.10000002 from `x0`. Linf: the coordinates whose exact distance to `x0` exceeds eps are moved one
+    float step at a time towards `x0`; L2: the rows whose norm (in float64) exceeds eps are scaled into
+    the ball. Afterwards `|x - x0| <= eps` holds in `x`'s dtype and in float64."""
+    if norm == np.inf:
+        limit = x.dtype.type(eps)  # the largest value of x's dtype that is <= eps
+        limit = np.nextafter(limit, x.dtype.type(0)) if float(limit) > eps else limit
+        near = np.abs(x - x0) >= limit  # where rounding can matter; there the exact distance
+        if not near.any():
+            return x
+        x, a, a0 = x.copy(), x[near].astype(np.float64), x0[near].astype(np.float64)
+        over = np.abs(a - a0) > limit
+        # onto the ball's face exactly, then one float step at a time towards x0 while still outside
+        a = np.where(over, a0 + np.clip(a - a0, -float(limit), float(limit)), a).astype(x.dtype)
+        for _ in range(4):
+            over = np.abs(a.astype(np.float64) - a0) > limit
+            if not over.any():
+                break
+            a = np.where(over, np.nextafter(a, a0.astype(x.dtype)), a)
+        x[near] = a
+        return x
+    for shrink in (1 - 1e-7, 1 - 1e-6, 1 - 1e-5):
+        delta = x.astype(np.float64) - x0.astype(np.float64)
+        norms = per_sample_norm(delta)
+        if not (norms > eps).any():
+            return x
+        scaled = (x0 + (delta * (eps * shrink / np.maximum(norms, TINY))).astype(x.dtype)).astype(x.dtype)
+        x = np.where(norms > eps, scaled, x)
     return x
 
 

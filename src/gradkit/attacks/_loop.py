@@ -78,7 +78,8 @@ def run(model, x, y, *, eps, eps_step, steps, norm, clip_values, targeted, loss,
     x0, labels, n = prepare(grad, x, y, a["clip_values"], a["batch_size"])
     if a["eps"] == 0:
         return tree.map_structure(np.copy, x0)
-    return _iterate(grad, step, x0, labels, n, a)
+    x_adv = _iterate(grad, step, x0, labels, n, a)
+    return tree.map_structure(lambda xa, x: geometry.inside(xa, x, a["eps"], a["norm"]), x_adv, x0)
 
 
 def _start(x0, a):

@@ -3,6 +3,7 @@
 import numpy as np
 
 from gradkit import _checks
+from gradkit.attacks import _geometry as geometry
 from gradkit.attacks._session import Session
 from gradkit.attacks._square import square_core
 
@@ -24,7 +25,7 @@ def square_run(model, x, y=None, *, eps, norm=np.inf, n_queries=5000, p_init=0.8
         p_init=p_init, clip_values=session.clip_values, rng=np.random.default_rng(seed), targets=targets,
         bind=session.bind,
     )  # fmt: skip
-    return x_adv, success, session
+    return geometry.inside(x_adv, session.x0, session.eps, session.norm), success, session
 
 
 def square(model, x, y=None, *, eps, norm=np.inf, n_queries=5000, p_init=0.8, targeted=False,

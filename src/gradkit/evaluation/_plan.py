@@ -58,8 +58,8 @@ class Config:
 def _expected():
     names = ", ".join(repr(n) for n in NAMES)
     return (
-        f'"standard" or a list of attack names ({names}, optionally "name/objective" with an objective '
-        f"in {', '.join(OBJECTIVES)}) or callables"
+        f'"standard", an attack name or a list of attack names ({names}, optionally "name/objective" '
+        f"with an objective in {', '.join(OBJECTIVES)}) or callables"
     )
 
 
@@ -91,6 +91,10 @@ def plan(attacks, ensemble):
         _checks.fail("attacks", _expected(), attacks, TypeError)
     if not items:
         _checks.fail("attacks", _expected(), attacks)
+    if isinstance(attacks, str):  # one name: the error names `attacks` itself
+        attack, _, objective = attacks.partition("/")
+        if attack not in NAMES or ("/" in attacks and objective not in OBJECTIVES):
+            _checks.fail("attacks", _expected(), attacks)
     entries = tuple(_entry(item, i) for i, item in enumerate(items))
     names = [e.name for e in entries]
     if len(set(names)) != len(names):

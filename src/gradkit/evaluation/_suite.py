@@ -46,10 +46,11 @@ def evaluate(
         y: int class ids `(n,)` (or one-hot `(n, C)`) in [0, C).
         eps: float >= 0, the perturbation budget in `norm`.
         norm: `np.inf` (or "inf", "linf") or 2 (or "l2"). Defaults to `np.inf`.
-        attacks: "standard" (default), or a list of names of `gradkit.attacks.NAMES` ("apgd-ce",
-            "apgd-dlr", "apgd-t", "square", "pgd", "bim", "fgsm"), each optionally "name/objective" with
-            an ensemble objective ("loss_sum", "logit_mean", "prob_mean", "vote_margin"), and callables
-            `fn(model, x, y, eps=eps) -> x_adv` (judged here with `gradkit.attacks.decide`).
+        attacks: "standard" (default), one attack name, or a list of names of `gradkit.attacks.NAMES`
+            ("apgd-ce", "apgd-dlr", "apgd-t", "square", "pgd", "bim", "fgsm"), each optionally
+            "name/objective" with an ensemble objective ("loss_sum", "logit_mean", "prob_mean",
+            "vote_margin"), and callables `fn(model, x, y, eps=eps) -> x_adv` (judged here with
+            `gradkit.attacks.decide`).
         clip_values: `(min, max)` input range, or None (default) for none.
         batch_size: rows per compiled call and per progress step, or None (default: all at once).
         seed: int >= 0 or None; the random starts and searches. Defaults to 0.

@@ -83,8 +83,9 @@ def header(state):
 
 
 def _when(warning):
-    """Where a warning arose: "training", or the eps of the evaluation that flagged it."""
-    return "training" if warning["attack"] == "training" else f"eps={warning['eps']:g}"
+    """Where a warning arose: "training", or the first eps whose evaluation raised it (each model's
+    warning is kept once: a property of the model, such as `one_network`, holds at every eps)."""
+    return "training" if warning["attack"] == "training" else f"first at eps={warning['eps']:g}"
 
 
 def format_table(state, out=None):
