@@ -61,9 +61,7 @@ class Session:
 
     def forward(self, x, labels, targets):
         """`(values, predictions)` on the given rows, counted."""
-        values, logits = self.objective.forward(x, labels, targets)
-        self.n_forwards += len(labels)
-        return values, self.objective.decide(logits)
+        return self.bind(labels, targets)(x)
 
     def bind(self, labels, targets):
         """`forward` on rows whose labels and targets stay fixed: `bound(x) -> (values, predictions)`,

@@ -50,12 +50,16 @@ def _window(p, h, w, minimum=1, odd=False):
     return min(s, h), min(s, w)
 
 
+def _corners(n, h, w, sh, sw, rng):
+    """Random per-sample window corners `(top (n,), left (n,))` of `sh x sw` windows in `h x w`."""
+    return rng.integers(0, h - sh + 1, size=n), rng.integers(0, w - sw + 1, size=n)
+
+
 def _windows(n, h, w, sh, sw, rng):
     """Random per-sample windows: `(mask (n, h, w) bool, rows (n, h), cols (n, w))`, the offsets of
     each pixel from its sample's window corner."""
-    top = rng.integers(0, h - sh + 1, size=n)[:, None]
-    left = rng.integers(0, w - sw + 1, size=n)[:, None]
-    rows, cols = np.arange(h)[None, :] - top, np.arange(w)[None, :] - left
+    top, left = _corners(n, h, w, sh, sw, rng)
+    rows, cols = np.arange(h)[None, :] - top[:, None], np.arange(w)[None, :] - left[:, None]
     mask = ((rows >= 0) & (rows < sh))[:, :, None] & ((cols >= 0) & (cols < sw))[:, None, :]
     return mask, rows, cols
 
@@ -105,10 +109,8 @@ _OFFSETS = {}  # (sh, sw, w) -> int (sh * sw,): flat pixel offsets of a window f
 
 
 def _window_pixels(n, h, w, sh, sw, rng):
-    """Random per-sample windows as flat pixel indices `(n, sh * sw)` into `h * w` (the same draws,
-    top then left, as `_windows`)."""
-    top = rng.integers(0, h - sh + 1, size=n)
-    left = rng.integers(0, w - sw + 1, size=n)
+    """Random per-sample windows as flat pixel indices `(n, sh * sw)` into `h * w`."""
+    top, left = _corners(n, h, w, sh, sw, rng)
     if (sh, sw, w) not in _OFFSETS:
         _OFFSETS[sh, sw, w] = (np.arange(sh)[:, None] * w + np.arange(sw)[None, :]).ravel()
     return (top * w + left)[:, None] + _OFFSETS[sh, sw, w]

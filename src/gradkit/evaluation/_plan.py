@@ -64,13 +64,15 @@ def _expected():
 
 
 def _entry(item, i):
+    """The `Entry` of `attacks[i]` (`i` None: `attacks` is that one item)."""
+    name = "attacks" if i is None else f"attacks[{i}]"
     if callable(item):
         return Entry(getattr(item, "__name__", type(item).__name__), fn=item)
     if not isinstance(item, str):
-        _checks.fail(f"attacks[{i}]", _expected(), item, TypeError)
+        _checks.fail(name, _expected(), item, TypeError)
     attack, _, objective = item.partition("/")
     if attack not in NAMES or ("/" in item and objective not in OBJECTIVES):
-        _checks.fail(f"attacks[{i}]", _expected(), item)
+        _checks.fail(name, _expected(), item)
     return Entry(item, attack, objective or None)
 
 
@@ -84,17 +86,14 @@ def plan(attacks, ensemble):
             for a in STANDARD
             for o in (objectives if a in GRADIENT else (None,))
         )
-    items = [attacks] if isinstance(attacks, str) or callable(attacks) else attacks
+    if isinstance(attacks, str) or callable(attacks):  # one attack: an error names `attacks` itself
+        return (_entry(attacks, None),)
     try:
-        items = list(items)
+        items = list(attacks)
     except TypeError:
         _checks.fail("attacks", _expected(), attacks, TypeError)
     if not items:
         _checks.fail("attacks", _expected(), attacks)
-    if isinstance(attacks, str):  # one name: the error names `attacks` itself
-        attack, _, objective = attacks.partition("/")
-        if attack not in NAMES or ("/" in attacks and objective not in OBJECTIVES):
-            _checks.fail("attacks", _expected(), attacks)
     entries = tuple(_entry(item, i) for i, item in enumerate(items))
     names = [e.name for e in entries]
     if len(set(names)) != len(names):

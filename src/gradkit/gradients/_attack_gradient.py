@@ -112,25 +112,32 @@ class AttackGradient:
         trainables = [backend.variable_values(t) for t, _ in self._variable_lists]
         return trainables, [backend.variable_values(n) for _, n in self._variable_lists]
 
-    def _batches(self, x, labels, targets, alphas):
-        """Yields `(rows, args)` per batch, padded to `padded_size` rows (a bounded number of traces for
-        any sequence of row counts)."""
+    def _fixed(self, labels, targets, alphas):
+        """What a call on these rows fixes besides `x`: `((trainables, non_trainables), parts)`, one part
+        `(start, stop, pad, y, weights)` per batch, padded to `padded_size` rows (a bounded number of
+        traces for any sequence of row counts)."""
         n, untargeted = len(labels), targets is None
         alpha = backend.to_tensor(np.asarray(self.ensemble.weights if alphas is None else alphas, "float32"))
-        trainables, non_trainables = self._variables()
+        parts = []
         for start, stop in batches(n, self.batch_size):
             pad = padded_size(stop - start, self.batch_size)
             yb = take(labels, start, stop, pad)
-            xb, yb, tb, wb = backend.distribute_batch(
-                (take(x, start, stop, pad), yb, yb if untargeted else take(targets, start, stop, pad),
-                 take(np.ones(n, np.float32), start, stop, pad, True))
-            )  # fmt: skip
-            yield stop - start, (trainables, non_trainables, xb, (yb, tb), {"rows": wb, "alpha": alpha})
+            tb = yb if untargeted else take(targets, start, stop, pad)
+            wb = take(np.ones(n, np.float32), start, stop, pad, True)
+            yb, tb, wb = backend.distribute_batch((yb, tb, wb))
+            parts.append((start, stop, pad, (yb, tb), {"rows": wb, "alpha": alpha}))
+        return self._variables(), parts
+
+    @staticmethod
+    def _x(x, start, stop, pad):
+        return backend.distribute_batch((take(x, start, stop, pad),))[0]
 
     def __call__(self, x, labels, targets=None, alphas=None):
+        (trainables, non_trainables), parts = self._fixed(labels, targets, alphas)
         values, logits, grads = [], [], []
-        for rows, args in self._batches(x, labels, targets, alphas):
-            (_, (v, z)), g = self._fn(*args)
+        for start, stop, pad, y, weights in parts:
+            (_, (v, z)), g = self._fn(trainables, non_trainables, self._x(x, start, stop, pad), y, weights)
+            rows = stop - start
             values.append(backend.to_numpy(v)[:rows])
             logits.append(backend.to_numpy(z)[:, :rows])
             grads.append(tree.map_structure(lambda a, r=rows: backend.to_numpy(a)[:r], g))
@@ -139,39 +146,24 @@ class AttackGradient:
 
     def forward(self, x, labels, targets=None, alphas=None):
         """`(values, logits)` as `__call__` returns them, without the gradient (forward passes only)."""
-        values, logits = [], []
-        for rows, args in self._batches(x, labels, targets, alphas):
-            v, z = self._forward_fn(*args)
-            values.append(backend.to_numpy(v)[:rows])
-            logits.append(backend.to_numpy(z)[:, :rows])
-        return np.concatenate(values).astype(np.float64), np.concatenate(logits, axis=1)
+        return self.bind(labels, targets, alphas)(x)
 
-    def bind(self, labels, targets=None):
+    def bind(self, labels, targets=None, alphas=None):
         """`forward` on rows whose labels (and targets) stay fixed: `bound(x) -> (values, logits)` for
         `x` of `len(labels)` rows. The labels, row weights, ensemble weights and the members' variable
         values are converted once, when binding (the Square Attack queries the same rows thousands of
         times; the model must not change while a bound forward is used)."""
-        n = len(labels)
-        parts, untargeted = [], targets is None
-        alpha = backend.to_tensor(np.asarray(self.ensemble.weights, "float32"))
-        trainables, non_trainables = self._variables()
-        for start, stop in batches(n, self.batch_size):
-            pad = padded_size(stop - start, self.batch_size)
-            yb = take(labels, start, stop, pad)
-            tb = yb if untargeted else take(targets, start, stop, pad)
-            yb, tb, wb = backend.distribute_batch(
-                (yb, tb, take(np.ones(n, np.float32), start, stop, pad, True))
-            )
-            fn = self._forward_fn.bind(trainables, non_trainables, (yb, tb), {"rows": wb, "alpha": alpha})
-            parts.append((start, stop, pad, fn))
+        (trainables, non_trainables), parts = self._fixed(labels, targets, alphas)
+        calls = [(start, stop, pad, self._forward_fn.bind(trainables, non_trainables, y, weights))
+                 for start, stop, pad, y, weights in parts]  # fmt: skip
 
         def bound(x):
             values, logits = [], []
-            for start, stop, pad, fn in parts:
-                v, z = fn(backend.distribute_batch((take(x, start, stop, pad),))[0])
+            for start, stop, pad, fn in calls:
+                v, z = fn(self._x(x, start, stop, pad))
                 values.append(backend.to_numpy(v)[: stop - start])
                 logits.append(backend.to_numpy(z)[:, : stop - start])
-            if len(parts) == 1:
+            if len(calls) == 1:
                 return values[0].astype(np.float64), logits[0]
             return np.concatenate(values).astype(np.float64), np.concatenate(logits, axis=1)
 
