@@ -25,8 +25,8 @@ PACKAGES = {
         "GradientNormCallback", "gradient_norm", "track_gradient_norm", "untrack_gradient_norm",
     ],
     "gradkit.attacks": [
-        "NAMES", "AttackResult", "apgd", "bim", "decide", "fgsm", "gradient_for", "is_ensemble", "pgd",
-        "predict_labels", "prepare", "run_attack", "square",
+        "NAMES", "AttackResult", "apgd", "bim", "decide", "default_eps_step", "fgsm", "gradient_for",
+        "is_ensemble", "pgd", "predict_labels", "prepare", "run_attack", "square",
     ],
     "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "describe", "load"],
     "gradkit.evaluation": ["Evaluation", "check_curve", "evaluate", "robustness_curve"],

@@ -305,3 +305,18 @@ def test_norm_spellings():
         np.testing.assert_array_equal(
             gradkit.fgsm(model, x, y, eps=0.1, norm=a), gradkit.fgsm(model, x, y, eps=0.1, norm=b)
         )
+
+
+def test_one_pgd_step_size_default_everywhere(monkeypatch):
+    """PGD's default step, 2.5 * eps / steps (1.0 at eps 0), comes from one function: the registry, the
+    robustness curve, the study's boosting rounds and adversarial training all use it."""
+    from gradkit.attacks import default_eps_step
+    from gradkit.study import make_config
+    from gradkit.study._config import StudyConfig
+    from gradkit.study._train import adversarial
+    from gradkit.training._settings import _default_eps_step
+
+    assert default_eps_step(0.1, 10) == pytest.approx(0.025) and default_eps_step(0.0, 10) == 1.0
+    config = StudyConfig(**{**make_config(), "adv_eps": 0.3, "adv_steps": 6})
+    assert adversarial(config)["eps_step"] == pytest.approx(0.125)
+    assert _default_eps_step("pgd", 0.2, 4, True) == pytest.approx(0.125)

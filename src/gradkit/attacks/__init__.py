@@ -19,6 +19,7 @@ References:
 from gradkit.attacks._apgd_attack import apgd
 from gradkit.attacks._bim import bim
 from gradkit.attacks._fgsm import fgsm
+from gradkit.attacks._geometry import default_eps_step
 from gradkit.attacks._pgd import pgd
 from gradkit.attacks._prepare import gradient_for
 from gradkit.attacks._prepare import predict_labels
@@ -36,6 +37,7 @@ __all__ = [
     "apgd",
     "bim",
     "decide",
+    "default_eps_step",
     "gradient_for",
     "is_ensemble",
     "run_attack",

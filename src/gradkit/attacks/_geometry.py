@@ -11,6 +11,12 @@ import numpy as np
 TINY = 1e-12  # floor of a norm before dividing by it (a zero gradient then gives a zero step)
 
 
+def default_eps_step(eps, steps):
+    """PGD's default step size, 2.5 * eps / steps (Madry et al. 2018: 2.5 eps / steps lets the walk reach
+    the ball's boundary from any start); 1.0 at eps 0, where every step is projected back anyway."""
+    return 2.5 * eps / steps if eps > 0 else 1.0
+
+
 def per_sample_norm(a):
     """Per-sample L2 norms of `a`, shaped to broadcast against it."""
     norms = np.sqrt(np.sum(np.square(a.reshape(len(a), -1)), axis=1))

@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 
 from gradkit import _checks
+from gradkit.attacks import _geometry as geometry
 from gradkit.attacks import _loop
 from gradkit.attacks._apgd_attack import apgd_run
 from gradkit.attacks._prepare import gradient_for, owner, prepare, step_for
@@ -95,7 +96,7 @@ def run_attack(
 
 def _classic(name, model, x, y, eps, norm, clip_values, batch_size, seed, objective, options):
     steps = 1 if name == "fgsm" else _checks.check_steps(options.pop("steps", 10))
-    eps_step = options.pop("eps_step", None) or (2.5 * eps / steps if eps > 0 else 1.0)
+    eps_step = options.pop("eps_step", None) or geometry.default_eps_step(eps, steps)
     keep = "last" if name == "fgsm" else "first_success"
     x_adv = _loop.run(
         model, x, y, eps=eps, eps_step=_loop.SINGLE_STEP if name == "fgsm" else eps_step, steps=steps,

@@ -28,7 +28,7 @@ import inspect
 import numpy as np
 
 from gradkit import _checks
-from gradkit.attacks import fgsm, pgd
+from gradkit.attacks import default_eps_step, fgsm, pgd
 from gradkit.gradients import resolve_loss
 from gradkit.training import adversarial_training, untrack_adversarial_training
 
@@ -54,7 +54,7 @@ def with_defaults(adversarial):
         return adversarial
     steps = adversarial.get("steps", PGD_STEPS)
     eps = adversarial["eps"]
-    return {"steps": steps, "eps_step": 2.5 * eps / steps if eps > 0 else 1.0, **adversarial}
+    return {"steps": steps, "eps_step": default_eps_step(eps, steps), **adversarial}
 
 
 def mode(adversarial):

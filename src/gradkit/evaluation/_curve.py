@@ -5,7 +5,17 @@ import numpy as np
 from keras import tree
 
 from gradkit import _checks
-from gradkit.attacks import apgd, bim, fgsm, gradient_for, pgd, predict_labels, prepare, square
+from gradkit.attacks import (
+    apgd,
+    bim,
+    default_eps_step,
+    fgsm,
+    gradient_for,
+    pgd,
+    predict_labels,
+    prepare,
+    square,
+)
 from gradkit.evaluation._suite import evaluate
 from gradkit.gradients import WeightedEnsemble, as_ensemble
 
@@ -47,7 +57,7 @@ def _with_step(kwargs, eps, iterative):
     if not iterative or kwargs.get("eps_step") is not None:
         return kwargs
     steps = _checks.check_steps(kwargs["steps"])
-    return {**kwargs, "eps_step": 2.5 * eps / steps if eps > 0 else 1.0}
+    return {**kwargs, "eps_step": default_eps_step(eps, steps)}
 
 
 def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack_kwargs):

@@ -28,6 +28,7 @@ import keras
 from tqdm import tqdm
 
 from gradkit import backend
+from gradkit.attacks import default_eps_step
 from gradkit.boosting import AdaBoostM1
 from gradkit.monitor import GradientNormCallback
 from gradkit.study._models import build_model
@@ -56,7 +57,7 @@ def adversarial(config):
     """The `adversarial` argument of `adv_boost`: the attack of its rounds (PGD or FGSM) and the mode."""
     options = {"attack": config.adv_attack, "eps": config.adv_eps, "clip_values": (0.0, 1.0)}
     if config.adv_attack == "pgd":
-        eps_step = 2.5 * config.adv_eps / config.adv_steps if config.adv_eps > 0 else 1.0
+        eps_step = default_eps_step(config.adv_eps, config.adv_steps)
         options.update(steps=config.adv_steps, eps_step=eps_step, seed=config.seed)
     return {**options, "mode": config.adv_mode}
 

@@ -11,7 +11,7 @@ import keras
 import numpy as np
 
 from gradkit import _checks
-from gradkit.attacks import fgsm, pgd
+from gradkit.attacks import default_eps_step, fgsm, pgd
 
 
 def collapsed(pgd_accuracies, fgsm_accuracy, *, drop=0.2, gap=0.3, floor=0.05):
@@ -82,7 +82,7 @@ class CatastrophicOverfittingCheck(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         common = {"eps": self.eps, "norm": self.norm, "clip_values": self.clip_values}
-        eps_step = 2.5 * self.eps / self.steps or 1.0
+        eps_step = default_eps_step(self.eps, self.steps)
         x_pgd = pgd(self.model, self.x, self.y, eps_step=eps_step, steps=self.steps, seed=self.seed, **common)
         self.pgd_accuracies.append(self._accuracy(x_pgd))
         self.fgsm_accuracies.append(self._accuracy(fgsm(self.model, self.x, self.y, **common)))

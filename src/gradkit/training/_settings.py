@@ -3,6 +3,7 @@
 import dataclasses
 
 from gradkit import _checks, gradients
+from gradkit.attacks import default_eps_step
 from gradkit.gradients import resolve_loss
 
 ATTACKS = ("pgd", "fgsm")
@@ -29,7 +30,7 @@ def _default_eps_step(attack, eps, steps, random_start):
     """2.5 * eps / steps for PGD (Madry et al. 2018); for FGSM 1.25 * eps from a random start (Wong, Rice &
     Kolter 2020), else eps (Goodfellow et al. 2015)."""
     if attack == "pgd":
-        return 2.5 * eps / steps
+        return default_eps_step(eps, steps)
     return 1.25 * eps if random_start else eps
 
 
