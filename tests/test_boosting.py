@@ -13,6 +13,7 @@ from sklearn.tree import DecisionTreeClassifier
 import gradkit
 from gradkit.boosting import SAMME, AdaBoostM1
 from gradkit.errors import WorseThanRandomError
+from gradkit.gradients._cache import cached_values
 
 
 class Stub:
@@ -224,6 +225,8 @@ def three_units():
         ({}, np.zeros(10), ValueError, "two classes"),
         ({}, Y3[:5], ValueError, "shape"),
         ({"fit_kwargs": {"sample_weight": 1}}, Y3, ValueError, "fit_kwargs"),
+        ({"fit_kwargs": {"class_weight": {0: 2.0}}}, Y3, ValueError, "fit_kwargs.*class_weight"),
+        ({"fit_kwargs": {"validation_split": 0.2}}, Y3, ValueError, "validation_data instead"),
         ({"random_state": -1}, Y3, ValueError, "random_state"),
         ({"adversarial": {"attack": "cw", "eps": 0.1}}, Y3, ValueError, "adversarial"),
         ({"adversarial": {"attack": "fgsm", "eps": -0.1}}, Y3, ValueError, "eps"),
@@ -349,7 +352,7 @@ def test_attacks_on_a_booster_share_one_compiled_gradient():
         booster, x, y, attack="fgsm", epsilons=[0.0, 0.05, 0.1], clip_values=(0, 1)
     )
     assert len(curve["accuracy"]) == 3
-    fn = next(iter(vars(booster.as_ensemble())["_gradkit_cache"].values()))
+    fn = cached_values(booster.as_ensemble())[0]
     assert fn.trace_count == 1
 
 

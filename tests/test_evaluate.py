@@ -204,6 +204,8 @@ def test_state_of_another_evaluation_is_refused_untouched(data, fake, tmp_path):
         ({"attacks": [3]}, TypeError, r"`attacks\[0\]` must be"),
         ({"attacks": []}, ValueError, "`attacks` must be"),
         ({"attacks": ["fgsm", "fgsm"]}, ValueError, "repeated"),
+        ({"attacks": ["fgsm", "standard"]}, ValueError, r"`attacks\[1\]` must be an attack name \(\"stan"),
+        ({"y": None}, ValueError, r"`y` \(the true labels\) is required"),
         ({"eps": -0.1}, ValueError, "`eps` must be"),
         ({"n_queries": 0}, ValueError, "`n_queries` must be"),
         ({"steps": 0}, ValueError, "`steps` must be"),
@@ -218,8 +220,9 @@ def test_bad_input_fails_before_any_work(data, fake, tmp_path, change, error, ma
     args = {"eps": 0.1, "state_path": tmp_path / "eval.json", **change}
     if isinstance(args.get("y"), str):
         args["y"] = np.full(len(x), 5)
+    y = args.pop("y", y)
     with pytest.raises(error, match=match):
-        evaluate(model, x, args.pop("y", y), verbose=0, **args)
+        evaluate(model, x, y, verbose=0, **args)
     assert fake.calls == [] and list(tmp_path.iterdir()) == []
 
 

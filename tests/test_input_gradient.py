@@ -1,5 +1,7 @@
 """InputGradient on every backend: values, finite differences, tracing (cases G1, G2, G4, N3)."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -164,6 +166,26 @@ def test_n3_inference_mode_changes_nothing():
     assert np.all(np.isfinite(train_mode))
     for old, new in zip(before, model.variables):
         np.testing.assert_array_equal(old, np.array(new))
+
+
+@pytest.mark.parametrize("seed", [None, 3])
+def test_training_mode_draws_one_dropout_mask_or_warns(seed):
+    """training=True holds the seed state fixed: every call draws the same Dropout mask. On PyTorch a
+    Dropout made without `seed=` draws from torch's global generator (Keras' fast path), a new mask
+    per call: gradkit says so instead of promising the same mask."""
+    inp = keras.Input((4,))
+    h = keras.layers.Dropout(0.5, seed=seed)(keras.layers.Dense(64, activation="relu")(inp))
+    model = keras.Model(inp, keras.layers.Dense(3)(h))
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    unseeded = seed is None and BACKEND == "torch"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        grad = gradkit.InputGradient(model, training=True)
+    messages = [str(w.message) for w in caught if "made without `seed=`" in str(w.message)]
+    assert len(messages) == int(unseeded) and all("'dropout" in m for m in messages)
+    first, second = grad(G1_X, G1_Y), grad(G1_X, G1_Y)
+    assert np.array_equal(first, second) != unseeded
+    assert not np.allclose(first, gradkit.input_gradient(model, G1_X, G1_Y))  # a mask was applied
 
 
 def test_sample_weight_scales_rows():

@@ -120,6 +120,48 @@ def test_resume_refuses_other_data_or_settings(reference):
         boosting(checkpoint_dir=path, learning_rate=0.5).fit(x, y, resume=True)
 
 
+class CountEpochs(keras.callbacks.Callback):
+    """A callback that changes nothing (it only counts), so a fit with it equals one without."""
+
+    epochs = 0
+
+    def on_epoch_end(self, epoch, logs=None):
+        CountEpochs.epochs += 1
+
+
+def test_resume_with_callbacks_in_fit_kwargs_warns_and_equals_uninterrupted_run(reference, tmp_path):
+    """Callbacks in `fit_kwargs` cannot be saved as JSON, so the checkpoint lists fit_kwargs as unsaved;
+    a resume says it cannot compare them and goes on with the current ones (it used to fail with
+    "not JSON serializable"). Saved settings that changed are still refused."""
+    calls = []
+
+    def failing():
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("interrupted in round 3")
+        return learner()
+
+    path = str(tmp_path / "run")
+    with_callback = {**FIT, "callbacks": [CountEpochs()]}
+    with pytest.raises(RuntimeError, match="round 3"):
+        boosting(build_fn=failing, checkpoint_dir=path).set_params(fit_kwargs=with_callback).fit(*data())
+    with open(os.path.join(path, "boost.json")) as f:
+        assert json.load(f)["unsaved_params"] == ["fit_kwargs"]
+    CountEpochs.epochs = 0
+    with pytest.warns(UserWarning, match="could not save `fit_kwargs`"):
+        resumed = boosting(checkpoint_dir=path).set_params(fit_kwargs=with_callback).fit(*data(), resume=True)
+    assert CountEpochs.epochs == FIT["epochs"]  # the third round ran with the current callbacks
+    assert_same_fit(reference[0], resumed)
+    with pytest.raises(ValueError, match="learning_rate"):
+        boosting(checkpoint_dir=path, learning_rate=0.5).set_params(fit_kwargs=with_callback).fit(
+            *data(), resume=True
+        )
+    saved = str(tmp_path / "saved")
+    shutil.copytree(reference[1], saved)  # fit_kwargs saved: callbacks added since are another setting
+    with pytest.raises(ValueError, match="fit_kwargs"):
+        boosting(checkpoint_dir=saved).set_params(fit_kwargs=with_callback).fit(*data(), resume=True)
+
+
 def test_resume_of_a_finished_fit_trains_nothing():
     calls = []
 

@@ -79,6 +79,13 @@ def test_callable_attack_and_ensemble():
     assert by_name == by_callable and calls == [(0.2, 2)]
     assert by_name["accuracy"][0] == np.mean(ens.predict(x) == y)  # weighted hard vote
 
+    def doubled(model, x_, y_, *, eps, norm):  # outside the eps-ball: refused, as `evaluate` refuses it
+        return gradkit.fgsm(model, x_, y_, eps=2 * eps, norm=norm)
+
+    for norm in (2, np.inf):
+        with pytest.raises(ValueError, match="'doubled' must return examples inside the eps-ball"):
+            gradkit.robustness_curve(ens, x, y, attack=doubled, epsilons=[0, 0.1], norm=norm)
+
 
 @pytest.mark.parametrize(
     "kwargs,error,match",

@@ -9,6 +9,7 @@ from sklearn.datasets import load_digits
 import gradkit
 from gradkit import backend
 from gradkit.attacks import decide, run_attack
+from gradkit.gradients._cache import cached_values
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,7 @@ def test_apgd_is_at_least_as_strong_as_pgd_and_traces_once(digits_mlp):
     assert min(accuracy(model, ce, y), accuracy(model, dlr, y)) <= pgd_acc  # DLR alone may trail CE
     assert accuracy(model, dlr, y) < clean - 0.3
     assert accuracy(model, t, y) < clean
-    objectives = [f for key, f in vars(model)["_gradkit_cache"].items() if key[0] == "attack"]
+    objectives = cached_values(model, "attack")
     # with and without gradient; where a new shape is cheap (PyTorch), rows are padded only to a
     # multiple of ROW_QUANTUM: one trace per such row count at most (APGD-T's 3 targets run together)
     quantum = backend.ROW_QUANTUM
@@ -132,6 +133,8 @@ def test_dlr_needs_enough_classes_and_square_needs_queries():
         gradkit.square(model, x, y, eps=0.1, n_queries=0)
     with pytest.raises(TypeError, match="single-input"):
         gradkit.square(model, [x], y, eps=0.1)
+    with pytest.raises(ValueError, match="`y` \\(the target classes\\) is required"):
+        gradkit.square(model, x, None, eps=0.1, targeted=True)  # predictions as targets: "fooled" at once
 
 
 def test_apgd_t_runs_its_targets_together_and_keeps_the_first_that_succeeds(digits_mlp, monkeypatch):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import gradkit
+from gradkit.gradients._cache import cached_values
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "torch", reason="PyTorch's traces only")
 
@@ -115,7 +116,7 @@ def test_attacks_give_the_same_examples_with_and_without_traces(monkeypatch, att
         else:
             adv = gradkit.apgd(model, x, y, eps=0.2, steps=10, loss="dlr", targeted=True, n_target_classes=3,
                                clip_values=(0, 1), seed=0)  # fmt: skip
-        objectives = [f for key, f in vars(model)["_gradkit_cache"].items() if key[0] == "attack"]
+        objectives = cached_values(model, "attack")
         served = [fn._forward_fn if attack == "square" else fn._fn for fn in objectives]
         assert served and all(f.trace_count >= 1 for f in served)
         assert all((f.traced.n_traced > 0) == enabled for f in served)  # the traces served the calls

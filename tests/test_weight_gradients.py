@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import gradkit
+from gradkit.gradients._cache import cached_values
 
 from conftest import central_difference, set_weights_from
 
@@ -122,7 +123,7 @@ def test_compiled_once_and_sees_new_weights():
     model.set_weights([np.full((1, 1), 2.0, np.float32)])
     (grad,) = gradkit.weight_gradients(model, x, y)
     np.testing.assert_allclose(grad, [[10.0]], rtol=1e-6)
-    fn = next(v for k, v in vars(model)["_gradkit_cache"].items() if k[0] == "weights")
+    fn = cached_values(model, "weights")[0]
     assert fn.trace_count == 1
 
 
@@ -154,3 +155,50 @@ def test_compiled_loss_weights_weigh_the_heads_as_the_sgd_step(loss, loss_weight
     for g, b, a in zip(grads, before, model.get_weights()):
         np.testing.assert_allclose(g, b - a, rtol=2e-4, atol=1e-6)
     assert norm == pytest.approx(np.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads)))
+
+
+def _square_mlp():
+    """Three Dense(4) layers on 4 inputs: every layer's variables have the same shapes, so a function
+    traced for one trainable split takes another split's arguments without a shape error."""
+    keras.utils.set_random_seed(0)
+    layers = [keras.layers.Dense(4, activation=a) for a in ("tanh", "tanh", "softmax")]
+    model = keras.Sequential([keras.Input((4,)), *layers])
+    model.compile("sgd", "sparse_categorical_crossentropy")
+    rng = np.random.default_rng(0)
+    return model, rng.normal(size=(16, 4)).astype("float32"), rng.integers(0, 4, 16)
+
+
+def test_freezing_a_layer_after_a_call_gives_the_remaining_gradients():
+    """A layer frozen (or unfrozen) after gradkit compiled its gradient: the gradient w.r.t. each still
+    trainable weight is unchanged, and the input gradient too (it was a crash inside the PyTorch trace
+    and silently mixed layers up where the shapes agree)."""
+    model, x, y = _square_mlp()
+    full = gradkit.weight_gradients(model, x, y)
+    x_grad = gradkit.input_gradient(model, x, y)
+    for frozen, kept in ((0, [2, 3, 4, 5]), (1, [0, 1, 4, 5]), (None, [0, 1, 2, 3, 4, 5])):
+        for i, layer in enumerate(model.layers):
+            layer.trainable = i != frozen
+        got = gradkit.weight_gradients(model, x, y)
+        assert len(got) == len(kept)
+        for g, k in zip(got, kept):
+            np.testing.assert_allclose(g, full[k], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(gradkit.input_gradient(model, x, y), x_grad, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(gradkit.InputGradient(model)(x, y), x_grad, rtol=1e-5, atol=1e-7)
+        per_layer = gradkit.gradient_norm(model, x, y, per_layer=True)
+        assert per_layer["grad_norm"] == pytest.approx(np.sqrt(sum(np.sum(g**2) for g in got)), rel=1e-5)
+
+
+def test_compiling_again_with_another_loss_is_seen():
+    """`model.compile(loss=...)` again after gradkit built its functions: the new loss is used (the
+    cached functions used to keep the first loss)."""
+    model, x, y = _square_mlp()
+    weights, x_grad = gradkit.weight_gradients(model, x, y), gradkit.input_gradient(model, x, y)
+    norm = gradkit.gradient_norm(model, x, y)
+    model.compile("sgd", lambda t, p: 2.0 * keras.losses.sparse_categorical_crossentropy(t, p))
+    for g, g0 in zip(gradkit.weight_gradients(model, x, y), weights):
+        np.testing.assert_allclose(g, 2 * g0, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(gradkit.input_gradient(model, x, y), 2 * x_grad, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(gradkit.InputGradient(model)(x, y), 2 * x_grad, rtol=1e-5, atol=1e-7)
+    assert gradkit.gradient_norm(model, x, y) == pytest.approx(2 * norm, rel=1e-5)
+    model.compile("sgd", lambda t, p: 0.0 * keras.losses.sparse_categorical_crossentropy(t, p))
+    assert gradkit.gradient_norm(model, x, y) == 0.0

@@ -27,6 +27,22 @@ def compiled_loss_weights(model):
     return getattr(getattr(model, "_compile_loss", None), "_user_loss_weights", None)
 
 
+def compile_loss(model):
+    """The `CompileLoss` that `model.compile(loss=...)` built (a new object per such call), or None."""
+    return getattr(model, "_compile_loss", None)
+
+
+def unseeded_random_layers(model):
+    """The names of `model`'s layers (nested ones included) whose random draws come from a
+    `SeedGenerator` made without a seed (`Dropout(rate)` without `seed=`, `GaussianNoise`, ...)."""
+    layers = model._flatten_layers(include_self=False) if hasattr(model, "_flatten_layers") else []
+    return [
+        layer.name
+        for layer in layers
+        if getattr(getattr(layer, "seed_generator", None), "_initial_seed", 0) is None
+    ]
+
+
 def model_tracker(model):
     """The attribute tracker of a Keras layer or model (None if it has none)."""
     return getattr(model, "_tracker", None)

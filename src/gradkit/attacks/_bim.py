@@ -42,7 +42,8 @@ def bim(
             sum_k alpha_k L_k, the gradient of the original boosting attacks), "logit_mean" (L of the
             weighted mean logits), "prob_mean" (L of the weighted mean probabilities) or "vote_margin"
             (a margin on the softmax-smoothed weighted vote, which follows a boosted model's real hard
-            vote); see the README's "Attacking ensembles". A single model ignores it.
+            vote); see the README's "Attacking ensembles". On a single model the first three are the
+            same objective (L of its own output), and "vote_margin" is the margin of its softmax.
         keep: "first_success" (default): each sample keeps the first iterate that fooled the real
             decision rule (argmax; an ensemble's weighted hard vote), else the iterate with the highest
             objective; "last": the last iterate, as classic implementations return.

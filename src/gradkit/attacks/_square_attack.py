@@ -14,6 +14,8 @@ def square_run(model, x, y=None, *, eps, norm=np.inf, n_queries=5000, p_init=0.8
     n_queries = _checks.check_int(n_queries, "n_queries", minimum=1)
     p_init = _checks.check_real(p_init, "p_init", minimum=0, strict=True, maximum=1)
     seed = _checks.check_seed(seed)
+    if _checks.check_flag(targeted, "targeted") and y is None:  # the predictions would be "fooled" at once
+        raise ValueError("`y` (the target classes) is required when targeted=True. Received: y=None")
     session = Session(model, x, y, eps=eps, norm=norm, clip_values=clip_values, batch_size=batch_size,
                       output=output, loss="margin", objective=objective, targeted=targeted)  # fmt: skip
     if session.eps == 0:
@@ -43,8 +45,8 @@ def square(model, x, y=None, *, eps, norm=np.inf, n_queries=5000, p_init=0.8, ta
     Args:
         model: a Keras classifier (single input), a `gradkit.WeightedEnsemble` or a boosting estimator.
         x: float32 `(n, *input_shape)` inside `clip_values`.
-        y: class ids `(n,)` or one-hot: the true labels, or the targets when `targeted`. Defaults to the
-            model's predictions.
+        y: class ids `(n,)` or one-hot: the true labels, or the targets when `targeted` (then required).
+            Defaults to the model's predictions.
         eps: radius, float >= 0 (input units). norm: `np.inf` (default) or `2`.
         n_queries: forward passes per sample, the start included, int >= 1. Defaults to 5000.
         p_init: initial fraction of the input changed per query, in (0, 1]. Defaults to 0.8.
@@ -57,7 +59,8 @@ def square(model, x, y=None, *, eps, norm=np.inf, n_queries=5000, p_init=0.8, ta
         float32 `(n, *input_shape)` adversarial examples in the eps-ball and in `clip_values`.
 
     Raises:
-        ValueError: eps < 0, n_queries < 1, p_init outside (0, 1], a bad norm or labels; before any work.
+        ValueError: eps < 0, n_queries < 1, p_init outside (0, 1], a bad norm or labels, `targeted`
+            without `y`; before any work.
         TypeError: several inputs, non-integer `n_queries`, a bad `model`.
 
     References:

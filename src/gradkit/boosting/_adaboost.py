@@ -30,7 +30,8 @@ Args:
         step size) keeps the scale it has without weights.
     n_estimators: maximum number of rounds, >= 1. Defaults to 10.{extra_args}
     fit_kwargs: dict passed to each learner's `fit` (e.g. `{{"epochs": 5, "batch_size": 32}}`;
-        Keras learners default to `verbose=0`). Defaults to None.
+        Keras learners default to `verbose=0`), without x, y, sample_weight, class_weight or
+        validation_split (boosting weighs every sample itself). Defaults to None.
     random_state: int seed or None. With an int, Keras, Python, numpy and the backend are seeded
         with `random_state + t` before round t is built (as `keras.utils.set_random_seed`, without
         importing TensorFlow on the other backends), so

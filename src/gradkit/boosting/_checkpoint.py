@@ -8,6 +8,7 @@ stopped early, or null).
 """
 
 import json
+import warnings
 
 import keras
 import numpy as np
@@ -123,6 +124,9 @@ def load(path, classes, *, safe_mode=True):
 def load_to_resume(estimator, path):
     """The checkpoint in `path` as an estimator of `estimator`'s class, made with the same settings.
 
+    A setting the checkpoint could not save (`fit_kwargs` holding callbacks, which JSON cannot hold)
+    cannot be compared: a UserWarning says so, and the fit goes on with the current value.
+
     Raises:
         ValueError: a checkpoint of another class, or made with another `learning_rate`,
             `random_state`, `adversarial` or `fit_kwargs`; a corrupt checkpoint.
@@ -133,13 +137,31 @@ def load_to_resume(estimator, path):
         raise ValueError(f"`checkpoint_dir` holds a {meta['class']} fit, not a {cls.__name__}.")
     restored = from_state(cls, meta, [], path)  # members are loaded once the settings agree
     saved, current = restored.get_params(), estimator.get_params()
+    unsaved = set(meta.get("unsaved_params", ()))
     for key in RESUME_PARAMS:
-        if _io.to_json(saved.get(key), sort_keys=True) != _io.to_json(current.get(key), sort_keys=True):
+        if key in unsaved:
+            warnings.warn(
+                f"The checkpoint could not save `{key}` (it holds objects JSON cannot hold, such as "
+                f"callbacks), so the resumed fit cannot check that `{key}` is the one the fit started "
+                "with; it goes on with the current one.",
+                UserWarning,
+                stacklevel=4,
+            )
+            continue
+        if _io.to_json(saved.get(key), sort_keys=True) != _json_or_none(current.get(key)):
             raise ValueError(
                 f"The checkpoint was made with {key}={saved.get(key)!r}, not {key}={current.get(key)!r}."
             )
     restored.estimators_ = _persistence.read_members(path, meta)
     return restored
+
+
+def _json_or_none(value):
+    """`value` as sorted JSON, or None where JSON cannot hold it (then it differs from any saved value)."""
+    try:
+        return _io.to_json(value, sort_keys=True)
+    except (TypeError, ValueError):
+        return None
 
 
 def resume(estimator, fingerprint):

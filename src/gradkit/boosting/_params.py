@@ -15,7 +15,9 @@ from gradkit import _checks
 from gradkit.boosting import _adversarial
 
 ATTACKS = tuple(_adversarial.ATTACKS)
-_RESERVED = {"x", "y", "sample_weight"}  # fit arguments that boosting sets itself
+# fit arguments that boosting sets itself, or that would undo its sample weights: class_weight multiplies
+# them (Keras refuses both together), validation_split never trains on the last rows
+_RESERVED = {"x", "y", "sample_weight", "class_weight", "validation_split"}
 
 
 def _finite(value):
@@ -36,7 +38,13 @@ CONSTRAINTS = (
         TypeError,
     ),
     ("fit_kwargs", lambda v: v is None or isinstance(v, dict), "a dict or None", TypeError),
-    ("fit_kwargs", lambda v: not _RESERVED & set(v or {}), "free of x, y, sample_weight", ValueError),
+    (
+        "fit_kwargs",
+        lambda v: not _RESERVED & set(v or {}),
+        "free of x, y, sample_weight, class_weight and validation_split (boosting weighs every sample "
+        "itself; pass validation_data instead)",
+        ValueError,
+    ),
     (
         "random_state",
         lambda v: v is None or (_checks.is_int(v) and v >= 0),
@@ -53,7 +61,8 @@ def check_params(estimator):
     and `adversarial["mode"]`.
 
     Raises:
-        ValueError: a parameter out of range, `fit_kwargs` holding x, y or sample_weight, an unknown
+        ValueError: a parameter out of range, `fit_kwargs` holding x, y, sample_weight, class_weight or
+            validation_split, an unknown
             attack, a missing or negative `adversarial["eps"]`, an `adversarial["mode"]` other than
             "augment" or "fit", or a key that the attack (in "fit" mode: nor
             `gradkit.adversarial_training`) does not take.

@@ -1,5 +1,7 @@
 """Accuracy under attack as a function of the perturbation size eps (a robustness curve)."""
 
+import dataclasses
+
 import keras
 import numpy as np
 from keras import tree
@@ -16,6 +18,7 @@ from gradkit.attacks import (
     prepare,
     square,
 )
+from gradkit.evaluation._plan import Entry, check_adversarial
 from gradkit.evaluation._suite import evaluate
 from gradkit.gradients import WeightedEnsemble, as_ensemble
 
@@ -37,6 +40,15 @@ def _check_epsilons(epsilons):
 def _standard(model, x, y, *, eps, batch_size=None, **kwargs):
     """`evaluate` (AutoAttack's standard cascade) as an attack: its worst-case examples."""
     return evaluate(model, x, y, eps=eps, batch_size=batch_size, verbose=0, **kwargs).x_adv
+
+
+@dataclasses.dataclass(frozen=True)
+class _Threat:
+    """The threat model a callable attack's examples are checked against (`_plan.check_adversarial`)."""
+
+    eps: float
+    norm: float
+    clip_values: tuple | None
 
 
 def _resolve_attack(attack):
@@ -85,7 +97,9 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
         attack: "fgsm", "bim", "pgd", "apgd", "square", "standard" (`gradkit.evaluate`'s cascade: the
             accuracy is its per-sample worst case), or a callable
             `attack(model, x, y, eps=eps, **attack_kwargs)`
-            returning adversarial inputs shaped like `x`.
+            returning adversarial inputs shaped like `x`, each inside the eps-ball (of
+            `attack_kwargs["norm"]`, Linf by default) and `clip_values` (checked as `evaluate` checks
+            a callable, for single-input models).
         epsilons: non-empty 1-D sequence of floats >= 0 (input units), in the order to report.
         batch_size: rows per compiled call and per prediction batch; None (default): all at once.
         **attack_kwargs: passed to the attack at every eps, e.g. `steps`, `eps_step`, `norm`,
@@ -100,6 +114,8 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
         ValueError: an unknown `attack`, empty or negative `epsilons`, `eps` in `attack_kwargs`,
             "bim"/"pgd" without `steps`, bad labels or inputs; before any attack runs.
         TypeError: an `attack_kwargs` key the attack does not take.
+        ValueError: a callable's examples misshaped or outside the eps-ball or `clip_values` (when it
+            returns them).
         NotImplementedError: a `keras.distribution` is active on TensorFlow or PyTorch (JAX only).
 
     References:
@@ -136,6 +152,12 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
     if fn in _ATTACKS.values():  # validates every attack argument; at eps=0 the attack does no work
         fn(model, x0, labels, eps=0.0, **_with_step(attack_kwargs, 0.0, iterative))
 
+    custom = threat = None
+    if fn not in _ATTACKS.values() and fn is not _standard and isinstance(x0, np.ndarray):
+        custom = Entry(getattr(fn, "__name__", type(fn).__name__), fn=fn)
+        norm = _checks.check_norm(attack_kwargs.get("norm", np.inf))
+        threat = _Threat(0.0, norm, _checks.check_clip_values(attack_kwargs.get("clip_values")))
+
     g = grad.compute(x0, labels, np.ones(n, np.float32), n)
     moving = sum(np.any(leaf.reshape(n, -1) != 0, axis=1) for leaf in tree.flatten(g))
     zero_fraction = float(np.mean(np.asarray(moving) == 0))
@@ -145,5 +167,7 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
         x_adv = x0
         if eps > 0:
             x_adv = fn(model, x0, labels, eps=eps, **_with_step(attack_kwargs, eps, iterative))
+            if custom:  # judged as `evaluate` judges a callable: in the eps-ball and the range, or refused
+                x_adv = check_adversarial(custom, x0, x_adv, dataclasses.replace(threat, eps=eps))
         accuracy.append(float(np.mean(predict_labels(grad, x_adv, batch_size) == labels)))
     return {"eps": epsilons, "accuracy": accuracy, "zero_gradient_fraction": zero_fraction}

@@ -70,6 +70,8 @@ def _entry(item, i):
         return Entry(getattr(item, "__name__", type(item).__name__), fn=item)
     if not isinstance(item, str):
         _checks.fail(name, _expected(), item, TypeError)
+    if item == "standard" and i is not None:
+        _checks.fail(name, 'an attack name ("standard" is a whole cascade: pass attacks="standard")', item)
     attack, _, objective = item.partition("/")
     if attack not in NAMES or ("/" in item and objective not in OBJECTIVES):
         _checks.fail(name, _expected(), item)
@@ -113,13 +115,15 @@ def check_data(model, x, y):
 
     Raises:
         TypeError: `x` is not one array (multi-input models are not evaluated), or `y` not numeric.
-        ValueError: bad shapes, NaN or inf, labels that are not class ids in [0, C).
+        ValueError: bad shapes, NaN or inf, `y` None, labels that are not class ids in [0, C).
     """
     first = as_ensemble(model).models[0]
     if isinstance(x, (list, tuple, dict)):
         _checks.fail("x", "one array (evaluate attacks single-input models)", type(x).__name__, TypeError)
     x, n = check_x(first, x)
     classes = n_classes(model, x)
+    if y is None:  # a robust accuracy needs the true labels, not the model's own predictions
+        raise ValueError("`y` (the true labels) is required to evaluate robustness. Received: y=None")
     labels = check_labels(y, n, classes, resolve_loss("sparse_categorical_crossentropy"))
     return x, labels.astype(np.int64), classes
 

@@ -73,6 +73,9 @@ class AttackGradient:
                    output=self.output_index, temperature=self.temperature,
                    batch_size=self.batch_size, devices=backend.batch_multiple())  # fmt: skip
         models = self.ensemble.models
+        # the variable lists are read once (walking a model's layers for them costs more than a small
+        # forward pass on PyTorch), with the compiled functions they go with (see `compiled`)
+        self._variable_lists = [(m.trainable_variables, m.non_trainable_variables) for m in models]
         self._fn = compiled(models, "attack", self._compile_grad, **key)
         self._forward_fn = compiled(models, "attack-forward", self._compile_forward, **key)
 
@@ -104,11 +107,8 @@ class AttackGradient:
         return self._fn.trace_count + self._forward_fn.trace_count
 
     def _variables(self):
-        """The members' current variable values (the variable lists are read once: walking a model's
-        layers for them costs more than a small forward pass on PyTorch)."""
-        if not hasattr(self, "_variable_lists"):
-            models = self.ensemble.models
-            self._variable_lists = [(m.trainable_variables, m.non_trainable_variables) for m in models]
+        """The members' current variable values, split as when this objective was built (its compiled
+        functions map their arguments to variables by that split)."""
         trainables = [backend.variable_values(t) for t, _ in self._variable_lists]
         return trainables, [backend.variable_values(n) for _, n in self._variable_lists]
 

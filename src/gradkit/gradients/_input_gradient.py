@@ -5,13 +5,15 @@ References:
     https://arxiv.org/abs/1412.6572 (the input gradient grad_x L(y, f(x)) that FGSM follows).
 """
 
+import warnings
+
 import keras
 import numpy as np
 from keras import tree
 
-from gradkit import _checks, backend
+from gradkit import _checks, _keras_internals, backend
 from gradkit.gradients._batches import batches, padded_size, rows, take
-from gradkit.gradients._cache import cached, compiled
+from gradkit.gradients._cache import cached, compiled, variable_split
 from gradkit.gradients._ensemble import as_ensemble
 from gradkit.gradients._labels import check_labels, check_sample_weight
 from gradkit.gradients._logits import classifier_forward
@@ -48,7 +50,9 @@ class InputGradient:
             no model variable (BatchNorm statistics, seed state) is ever changed: every call draws
             the same Dropout mask (the seed state is not advanced), and BatchNorm's batch statistics
             mix the rows of a batch (padding rows included), so rows are independent of their batch
-            only with training=False.
+            only with training=False. Except on PyTorch for a random layer made without `seed=`
+            (`Dropout(0.5)`): Keras then draws from torch's global generator, a new mask per call
+            (and the global stream advances); a UserWarning names such layers. Give them `seed=`.
         output: name or index of the output to differentiate, for models with several outputs.
         batch_size: rows per compiled call; the last batch is padded with zero-weight rows so it
             reuses the same compiled function. Defaults to None (the whole input in one call).
@@ -103,12 +107,15 @@ class InputGradient:
         self.from_probabilities = [not is_logits for _, is_logits in self._forward]
         self.loss_scale = loss_scale(self.ensemble.models)
         self._kwargs = training_kwargs(first, self.training)
-        self._fn = compiled(
-            self.ensemble.models, "input", self._compile,
+        if self.training and backend.NAME == "torch":
+            _warn_unseeded(self.ensemble.models)
+        self._options = dict(
             loss=loss, training=self.training, output=self.output_index, stacked=self._stacked,
             batch_size=self.batch_size,  # its own shapes: trace_count counts this configuration's traces
             devices=backend.batch_multiple(),  # a data-parallel layout is another configuration
         )  # fmt: skip
+        self._split = variable_split(self.ensemble.models)
+        self._fn = compiled(self.ensemble.models, "input", self._compile, **self._options)
 
     def _compile(self):
         return backend.compile_grad(self._loss, "x", per_output=self._stacked)
@@ -153,15 +160,13 @@ class InputGradient:
 
     def compute(self, x, labels, weights, n):
         """The gradient for already validated numpy inputs (see `check`); used by the attacks."""
-        values = [
-            (
-                backend.variable_values(m.trainable_variables),
-                backend.variable_values(m.non_trainable_variables),
-            )
-            for m in self.ensemble.models
-        ]
-        trainables = [v[0] for v in values]
-        non_trainables = [v[1] for v in values]
+        models = self.ensemble.models
+        lists = [(m.trainable_variables, m.non_trainable_variables) for m in models]
+        if tuple(tuple(id(v) for v in t) for t, _ in lists) != self._split:  # layers (un)frozen since
+            self._split = variable_split(models)
+            self._fn = compiled(models, "input", self._compile, **self._options)
+        trainables = [backend.variable_values(t) for t, _ in lists]
+        non_trainables = [backend.variable_values(n) for _, n in lists]
         parts, alpha = [], keras.ops.convert_to_tensor(np.asarray(self.ensemble.weights, "float32"))
         for start, stop in batches(n, self.batch_size):
             pad = padded_size(stop - start, self.batch_size)  # row counts bucketed
@@ -188,6 +193,20 @@ class InputGradient:
     @property
     def _stacked(self):
         return self.ensemble.normalize_gradients
+
+
+def _warn_unseeded(models):
+    """Keras' PyTorch backend draws an unseeded random layer's numbers from torch's global generator,
+    outside the seed state gradkit holds fixed: such a layer gives a new mask on every call."""
+    names = [name for m in models for name in _keras_internals.unseeded_random_layers(m)]
+    if names:
+        warnings.warn(
+            f"training=True on PyTorch: the layers {names} were made without `seed=`, so Keras draws "
+            "their random masks from torch's global generator: every call draws a new mask (and "
+            "advances torch's global random stream). Give them `seed=` for the same mask on every call.",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def _normalize_and_weight(grads, weights):

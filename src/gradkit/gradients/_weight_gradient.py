@@ -46,7 +46,15 @@ class WeightGradient:
         self.include_regularization = _checks.check_flag(include_regularization, "include_regularization")
         self.heads = _heads(model, loss, output)
         self._kwargs = training_kwargs(model, _checks.check_flag(training, "training"))
-        self._fn = backend.compile_grad(self._loss, "trainable")
+        self._fns = {}  # one compiled function per trainable split of the variables (layers frozen since)
+
+    def _function(self, trainable_variables):
+        """The compiled gradient for these trainable variables (`stateless_call` maps its arguments to
+        the model's variables by position, so a layer frozen or unfrozen since needs another one)."""
+        split = tuple(id(v) for v in trainable_variables)
+        if split not in self._fns:
+            self._fns[split] = backend.compile_grad(self._loss, "trainable")
+        return self._fns[split]
 
     def _loss(self, trainable, non_trainable, x, y, weights):
         out, _, reg = self.model.stateless_call(
@@ -61,22 +69,25 @@ class WeightGradient:
 
     @property
     def trace_count(self):
-        return self._fn.trace_count
+        """Traces of the loss (TF, JAX) or input signatures seen (torch), over every trainable split."""
+        return sum(fn.trace_count for fn in self._fns.values())
 
     def __call__(self, x, y, sample_weight=None):
         x, n = check_x(self.model, x, require_float=False)
         ys = self._targets(x, y, n)
         rows = keras.ops.convert_to_tensor(check_sample_weight(sample_weight, n))
-        if not self.model.trainable_variables:
+        variables = self.model.trainable_variables
+        if not variables:
             raise ValueError("The model has no trainable weights, so there is no weight gradient.")
         backend.batch_multiple()  # TF/torch: refuse an active keras.distribution rather than ignore it
-        trainable = backend.variable_values(self.model.trainable_variables, differentiable=True)
+        fn = self._function(variables)
+        trainable = backend.variable_values(variables, differentiable=True)
         non_trainable = backend.variable_values(self.model.non_trainable_variables)
         x = tree.map_structure(keras.ops.convert_to_tensor, x)
 
         def grads(scale):
             weights = {"rows": rows, "scale": keras.ops.convert_to_tensor(scale, "float32")}
-            _, g = self._fn(trainable, non_trainable, x, ys, weights)
+            _, g = fn(trainable, non_trainable, x, ys, weights)
             return [keras.ops.convert_to_numpy(v) for v in g]
 
         return unscaled(grads, loss_scale([self.model]))
