@@ -154,7 +154,7 @@ def test_soft_labels_rejected():
 def test_n3_inference_mode_changes_nothing():
     inp = keras.Input((4,))
     h = keras.layers.Dense(8, activation="relu")(inp)
-    h = keras.layers.Dropout(0.5)(h)
+    h = keras.layers.Dropout(0.5, seed=0)(h)
     h = keras.layers.BatchNormalization()(h)
     model = keras.Model(inp, keras.layers.Dense(3)(h))
     model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
