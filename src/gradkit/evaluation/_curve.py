@@ -152,11 +152,11 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
     if fn in _ATTACKS.values():  # validates every attack argument; at eps=0 the attack does no work
         fn(model, x0, labels, eps=0.0, **_with_step(attack_kwargs, 0.0, iterative))
 
-    custom = threat = None
-    if fn not in _ATTACKS.values() and fn is not _standard and isinstance(x0, np.ndarray):
+    custom = None  # a callable's examples are judged as `evaluate` judges them (single-input models)
+    if callable(attack) and isinstance(x0, np.ndarray):
         custom = Entry(getattr(fn, "__name__", type(fn).__name__), fn=fn)
         norm = _checks.check_norm(attack_kwargs.get("norm", np.inf))
-        threat = _Threat(0.0, norm, _checks.check_clip_values(attack_kwargs.get("clip_values")))
+        clip_values = _checks.check_clip_values(attack_kwargs.get("clip_values"))
 
     g = grad.compute(x0, labels, np.ones(n, np.float32), n)
     moving = sum(np.any(leaf.reshape(n, -1) != 0, axis=1) for leaf in tree.flatten(g))
@@ -167,7 +167,7 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
         x_adv = x0
         if eps > 0:
             x_adv = fn(model, x0, labels, eps=eps, **_with_step(attack_kwargs, eps, iterative))
-            if custom:  # judged as `evaluate` judges a callable: in the eps-ball and the range, or refused
-                x_adv = check_adversarial(custom, x0, x_adv, dataclasses.replace(threat, eps=eps))
+            if custom:  # in the eps-ball and the range, or refused
+                x_adv = check_adversarial(custom, x0, x_adv, _Threat(eps, norm, clip_values))
         accuracy.append(float(np.mean(predict_labels(grad, x_adv, batch_size) == labels)))
     return {"eps": epsilons, "accuracy": accuracy, "zero_gradient_fraction": zero_fraction}

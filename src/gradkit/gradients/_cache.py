@@ -17,9 +17,15 @@ from gradkit import _keras_internals
 from gradkit.gradients._ensemble import WeightedEnsemble
 
 
+def split_of(trainable_lists):
+    """Which variables are trainable, by identity, from each model's `trainable_variables` list (callers
+    that read the lists anyway check a call's split with this, and fetch `compiled` again on a change)."""
+    return tuple(tuple(id(v) for v in t) for t in trainable_lists)
+
+
 def variable_split(models):
     """Which variables of each model are trainable, by identity, in `trainable_variables` order."""
-    return tuple(tuple(id(v) for v in m.trainable_variables) for m in models)
+    return split_of(m.trainable_variables for m in models)
 
 
 def _compile_state(models):

@@ -13,7 +13,7 @@ from keras import tree
 
 from gradkit import _checks, _keras_internals, backend
 from gradkit.gradients._batches import batches, padded_size, rows, take
-from gradkit.gradients._cache import cached, compiled, variable_split
+from gradkit.gradients._cache import cached, compiled, split_of, variable_split
 from gradkit.gradients._ensemble import as_ensemble
 from gradkit.gradients._labels import check_labels, check_sample_weight
 from gradkit.gradients._logits import classifier_forward
@@ -162,8 +162,8 @@ class InputGradient:
         """The gradient for already validated numpy inputs (see `check`); used by the attacks."""
         models = self.ensemble.models
         lists = [(m.trainable_variables, m.non_trainable_variables) for m in models]
-        if tuple(tuple(id(v) for v in t) for t, _ in lists) != self._split:  # layers (un)frozen since
-            self._split = variable_split(models)
+        if split_of(t for t, _ in lists) != self._split:  # layers frozen or unfrozen since
+            self._split = split_of(t for t, _ in lists)
             self._fn = compiled(models, "input", self._compile, **self._options)
         trainables = [backend.variable_values(t) for t, _ in lists]
         non_trainables = [backend.variable_values(n) for _, n in lists]

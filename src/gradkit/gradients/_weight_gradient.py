@@ -4,7 +4,7 @@ import keras
 from keras import tree
 
 from gradkit import _checks, _keras_internals, backend
-from gradkit.gradients._cache import cached
+from gradkit.gradients._cache import cached, compiled, split_of, variable_split
 from gradkit.gradients._labels import check_labels, check_sample_weight, labels_for_loss
 from gradkit.gradients._losses import keras_reduced, loss_scale, resolve_loss, unscaled
 from gradkit.gradients._model_io import (
@@ -46,15 +46,13 @@ class WeightGradient:
         self.include_regularization = _checks.check_flag(include_regularization, "include_regularization")
         self.heads = _heads(model, loss, output)
         self._kwargs = training_kwargs(model, _checks.check_flag(training, "training"))
-        self._fns = {}  # one compiled function per trainable split of the variables (layers frozen since)
+        self._options = dict(loss=loss, training=training, include_regularization=include_regularization,
+                             output=output)  # fmt: skip
+        self._split = variable_split([model])
+        self._fn = compiled([model], "weights", self._compile, **self._options)
 
-    def _function(self, trainable_variables):
-        """The compiled gradient for these trainable variables (`stateless_call` maps its arguments to
-        the model's variables by position, so a layer frozen or unfrozen since needs another one)."""
-        split = tuple(id(v) for v in trainable_variables)
-        if split not in self._fns:
-            self._fns[split] = backend.compile_grad(self._loss, "trainable")
-        return self._fns[split]
+    def _compile(self):
+        return backend.compile_grad(self._loss, "trainable")
 
     def _loss(self, trainable, non_trainable, x, y, weights):
         out, _, reg = self.model.stateless_call(
@@ -69,8 +67,8 @@ class WeightGradient:
 
     @property
     def trace_count(self):
-        """Traces of the loss (TF, JAX) or input signatures seen (torch), over every trainable split."""
-        return sum(fn.trace_count for fn in self._fns.values())
+        """Traces of the loss (TF, JAX) or input signatures seen (torch), for the current trainable split."""
+        return self._fn.trace_count
 
     def __call__(self, x, y, sample_weight=None):
         x, n = check_x(self.model, x, require_float=False)
@@ -80,7 +78,10 @@ class WeightGradient:
         if not variables:
             raise ValueError("The model has no trainable weights, so there is no weight gradient.")
         backend.batch_multiple()  # TF/torch: refuse an active keras.distribution rather than ignore it
-        fn = self._function(variables)
+        if split_of([variables]) != self._split:  # layers frozen or unfrozen since: see `compiled`
+            self._split = split_of([variables])
+            self._fn = compiled([self.model], "weights", self._compile, **self._options)
+        fn = self._fn
         trainable = backend.variable_values(variables, differentiable=True)
         non_trainable = backend.variable_values(self.model.non_trainable_variables)
         x = tree.map_structure(keras.ops.convert_to_tensor, x)
