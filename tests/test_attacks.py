@@ -317,6 +317,10 @@ def test_one_pgd_step_size_default_everywhere(monkeypatch):
     from gradkit.training._settings import _default_eps_step
 
     assert default_eps_step(0.1, 10) == pytest.approx(0.025) and default_eps_step(0.0, 10) == 1.0
+    with pytest.raises(ValueError, match="`eps` must be"):
+        default_eps_step(-0.1, 10)
+    with pytest.raises(ValueError, match="`steps` must be an integer >= 1"):
+        default_eps_step(0.1, 0)
     config = StudyConfig(**{**make_config(), "adv_eps": 0.3, "adv_steps": 6})
     assert adversarial(config)["eps_step"] == pytest.approx(0.125)
     assert _default_eps_step("pgd", 0.2, 4, True) == pytest.approx(0.125)

@@ -8,12 +8,30 @@ between x0 and the proposed point, so the result lies in the ball and in the box
 
 import numpy as np
 
+from gradkit import _checks
+
 TINY = 1e-12  # floor of a norm before dividing by it (a zero gradient then gives a zero step)
 
 
 def default_eps_step(eps, steps):
-    """PGD's default step size, 2.5 * eps / steps (Madry et al. 2018: 2.5 eps / steps lets the walk reach
-    the ball's boundary from any start); 1.0 at eps 0, where every step is projected back anyway."""
+    """PGD's default step size: 2.5 * eps / steps, the rule of Madry et al. (2018), with which `steps`
+    steps can cross the eps-ball from any start.
+
+    Args:
+        eps: the radius of the ball, a float >= 0 in input units (any norm).
+        steps: the number of steps, an int >= 1.
+
+    Returns:
+        float, the step size in input units; 1.0 at eps 0, where every step is projected back anyway.
+
+    Raises:
+        ValueError: eps < 0 or not finite, steps < 1. TypeError: a non-numeric eps, a non-integer steps.
+
+    References:
+        Madry, Makelov, Schmidt, Tsipras & Vladu (2018), "Towards deep learning models resistant to
+        adversarial attacks", ICLR, https://arxiv.org/abs/1706.06083
+    """
+    eps, steps = _checks.check_eps(eps), _checks.check_steps(steps)
     return 2.5 * eps / steps if eps > 0 else 1.0
 
 
