@@ -11,7 +11,7 @@ import keras
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from gradkit.gradients import predict_batched, resolve_loss
+from gradkit.gradients import predict_classes, resolve_loss
 
 PREDICT_BATCH = 256
 
@@ -84,12 +84,7 @@ def predict_ids(learner, x, n_classes=None):
     """
     if not is_keras(learner):
         return check_predictions(learner, learner.predict(x), len(x), n_classes)
-    out = np.asarray(predict_batched(learner, x, PREDICT_BATCH))
-    out = out.reshape(out.shape[0], -1)
-    if out.shape[1] == 1:
-        threshold = 0.0 if resolve_loss(None, learner).from_logits else 0.5
-        return (out[:, 0] > threshold).astype(np.int64)
-    return out.argmax(axis=1).astype(np.int64)
+    return predict_classes(learner, x, batch_size=PREDICT_BATCH)
 
 
 def check_predictions(learner, predicted, n, n_classes=None):
