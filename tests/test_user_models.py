@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import gradkit
+from gradkit.attacks import run_attack
 from gradkit.gradients import classes_from_outputs, predict_classes
 
 
@@ -195,3 +196,69 @@ def test_a_curve_never_rises_and_says_when_the_attack_did():
     assert curve["accuracy"] == [0.0, 1.0, 0.0]  # the 0.07 examples lie in the 0.2 ball
     assert any("failed at larger eps" in str(w.message) for w in caught)
     assert curve["zero_gradient_fraction"] == 0.0
+
+
+def test_classic_attacks_flag_probabilities_like_apgd():
+    """A subclassed softmax model: gradkit cannot remove the softmax, so every gradient attack reads
+    log-probabilities, and `evaluate` says so for PGD as for APGD."""
+
+    class SoftmaxNet(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(3)
+
+        def call(self, x):
+            return keras.ops.softmax(self.dense(x))
+
+    model = SoftmaxNet()
+    x = np.random.RandomState(0).uniform(0, 1, (12, 4)).astype("float32")
+    model.compile(loss="sparse_categorical_crossentropy")
+    y = np.asarray(model.predict(x, verbose=0)).argmax(1)
+    for attack in ("pgd", "apgd-ce"):
+        result = gradkit.evaluate(model, x, y, eps=0.05, attacks=[attack], steps=5, verbose=0)
+        assert "probabilities" in [f["name"] for f in result.flags], attack
+
+
+def test_pgd_in_evaluate_needs_no_compiled_loss():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    x = np.random.RandomState(0).uniform(0, 1, (12, 4)).astype("float32")
+    y = np.asarray(model.predict(x, verbose=0)).argmax(1)
+    result = gradkit.evaluate(model, x, y, eps=0.5, attacks=["pgd", "fgsm"], steps=10, verbose=0)
+    assert result.clean_accuracy == 1.0 and result.robust_accuracy < 1.0
+    x_adv = gradkit.fgsm(model, x, y, eps=0.1)
+    assert np.abs(x_adv - x).max() == pytest.approx(0.1, abs=1e-6)
+
+
+def test_overfitting_check_refuses_bad_data_before_the_first_epoch():
+    x, y = _diagonal_data()
+    model = _binary_model("logit")
+    check = gradkit.CatastrophicOverfittingCheck(x, y, eps=0.1, clip_values=(0.5, 1.0))
+    epochs = []
+    callbacks = [check, keras.callbacks.LambdaCallback(on_epoch_begin=lambda e, logs: epochs.append(e))]
+    with pytest.raises(ValueError, match="clip_values"):
+        model.fit(x, y[:, None].astype("float32"), epochs=1, verbose=0, callbacks=callbacks)
+    assert epochs == []
+
+
+def test_adversarial_training_refuses_several_inputs_or_outputs():
+    a, b = keras.Input((3,), name="a"), keras.Input((2,), name="b")
+    hidden = keras.layers.Dense(4)(keras.layers.Concatenate()([a, b]))
+    model = keras.Model([a, b], [keras.layers.Dense(3, name="cls")(hidden), keras.layers.Dense(1)(hidden)])
+    with pytest.raises(ValueError, match=r"one input and one output.*2 inputs \['a', 'b'\]"):
+        gradkit.adversarial_training(model, eps=0.1)
+    single = keras.Model(a, [keras.layers.Dense(3, name="c1")(a), keras.layers.Dense(2, name="c2")(a)])
+    with pytest.raises(ValueError, match=r"2 outputs"):
+        gradkit.adversarial_training(single, eps=0.1)
+
+
+def test_pgd_judges_success_on_the_attacked_output():
+    """Success is read on `output=`'s head, not on output 0."""
+    inp = keras.Input((4,))
+    first = keras.layers.Dense(3, name="first")(inp)
+    second = keras.layers.Dense(3, name="second")(inp)
+    model = keras.Model(inp, [first, second])
+    x = np.random.RandomState(1).uniform(0, 1, (16, 4)).astype("float32")
+    y = np.asarray(model.predict(x, verbose=0)[1]).argmax(1)
+    attacked = run_attack("pgd", model, x, y, eps=1.0, steps=10, output="second")
+    pred = np.asarray(model.predict(np.asarray(attacked.x_adv), verbose=0)[1]).argmax(1)
+    np.testing.assert_array_equal(attacked.success, pred != y)
