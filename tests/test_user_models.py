@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import gradkit
+from gradkit import study
 from gradkit.attacks import run_attack
 from gradkit.gradients import classes_from_outputs, predict_classes
 
@@ -262,3 +263,19 @@ def test_pgd_judges_success_on_the_attacked_output():
     attacked = run_attack("pgd", model, x, y, eps=1.0, steps=10, output="second")
     pred = np.asarray(model.predict(np.asarray(attacked.x_adv), verbose=0)[1]).argmax(1)
     np.testing.assert_array_equal(attacked.success, pred != y)
+
+
+def test_study_refuses_apgd_t_on_three_classes_before_training(tmp_path):
+    rng = np.random.RandomState(0)
+    arrays = {
+        "x_train": rng.rand(30, 4).astype("float32"),
+        "y_train": np.arange(30) % 3,
+        "x_test": rng.rand(9, 4).astype("float32"),
+        "y_test": np.arange(9) % 3,
+    }
+    np.savez(tmp_path / "three.npz", **arrays)
+    out = tmp_path / "out"
+    config = {"dataset": str(tmp_path / "three.npz"), "model": "mlp", "attacks": ["apgd-t"], "out": str(out)}
+    with pytest.raises(study.ConfigError, match="'apgd-t'.*at least 4 classes.*has 3"):
+        gradkit.run_study(config)
+    assert not out.exists() or not any(out.iterdir())
