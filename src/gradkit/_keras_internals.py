@@ -19,6 +19,13 @@ def producing_layer(tensor):
     return history[0] if history else None
 
 
+def output_structure(model):
+    """The structure a Functional model's call returns (a dict of symbolic outputs keyed as the user built
+    it, a list, one tensor), or None where the model has none (Sequential keeps no such structure;
+    subclassed models have no symbolic outputs)."""
+    return getattr(model, "_outputs_struct", None)
+
+
 def compiled_loss_weights(model):
     """The `loss_weights` given to `model.compile` (None, a number, a list or a dict).
 

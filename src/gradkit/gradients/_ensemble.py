@@ -6,7 +6,7 @@ import numpy as np
 from gradkit import _checks
 from gradkit.gradients._batches import predict_batched
 from gradkit.gradients._losses import resolve_loss
-from gradkit.gradients._model_io import check_model, output_index, select_output
+from gradkit.gradients._model_io import check_model, output_index, output_key, select_output
 
 
 def _shapes(tensors):
@@ -85,7 +85,8 @@ class WeightedEnsemble:
         `from_logits` None: taken from the loss the member was compiled with (False when it has none).
         """
         index = output_index(model, output)
-        out = np.asarray(select_output(predict_batched(model, x, batch_size), index), dtype=np.float64)
+        out = predict_batched(model, x, batch_size)
+        out = np.asarray(select_output(out, output_key(model, index)), dtype=np.float64)
         out = out.reshape(len(out), -1)
         if from_logits is None:
             spec = resolve_loss(None, model, output) if getattr(model, "loss", None) else None

@@ -18,7 +18,14 @@ from gradkit.gradients._ensemble import as_ensemble
 from gradkit.gradients._labels import check_labels, check_sample_weight
 from gradkit.gradients._logits import classifier_forward
 from gradkit.gradients._losses import attack_per_sample, loss_scale, resolve_loss, unscaled
-from gradkit.gradients._model_io import check_x, n_outputs, output_index, select_output, training_kwargs
+from gradkit.gradients._model_io import (
+    check_x,
+    n_outputs,
+    output_index,
+    output_key,
+    select_output,
+    training_kwargs,
+)
 
 
 class InputGradient:
@@ -95,11 +102,14 @@ class InputGradient:
         first = self.ensemble.models[0]
         self.output_index = output_index(first, output)
         self.n_classes = n_outputs(first, self.output_index)
-        self.specs, self._forward = [], []
+        self.specs, self._forward, self._keys = [], [], []
         for member in self.ensemble.models:
             spec = resolve_loss(loss, member, output)
             self.specs.append(spec)
-            self._forward.append(self._forward_model(member, spec))
+            index = output_index(member, output)  # each member's own head of that name
+            forward, is_logits = self._forward_model(member, spec, index)
+            self._forward.append((forward, is_logits))
+            self._keys.append(output_key(forward, index))
         kinds = {s.kind for s in self.specs}
         if len(kinds) > 1:
             raise ValueError(f"All ensemble members must use the same kind of loss. Received: {kinds}")
@@ -120,19 +130,19 @@ class InputGradient:
     def _compile(self):
         return backend.compile_grad(self._loss, "x", per_output=self._stacked)
 
-    def _forward_model(self, member, spec):
+    def _forward_model(self, member, spec, index):
         if not spec.is_classification or spec.from_logits:
             return member, spec.from_logits
         if spec.kind == "binary" and self.n_classes > 1:  # multi-label: refused by `check`
             return member, False
         activation = "sigmoid" if spec.kind == "binary" else "softmax"
-        return classifier_forward(member, self.output_index, activation)
+        return classifier_forward(member, index, activation)
 
     def _loss(self, trainables, non_trainables, x, y, sample_weight):
         terms = []
         for k, (model, is_logits) in enumerate(self._forward):
             out, _ = model.stateless_call(trainables[k], non_trainables[k], x, **self._kwargs)
-            out = select_output(out, self.output_index)
+            out = select_output(out, self._keys[k])
             per_sample = attack_per_sample(self.specs[k], y, out, is_logits)
             terms.append(keras.ops.sum(per_sample * sample_weight["rows"]) * sample_weight["scale"])
         if self._stacked:

@@ -31,6 +31,8 @@ import keras
 import numpy as np
 from keras import tree
 
+from gradkit.gradients._model_io import output_index, output_names
+
 _KINDS = (
     (keras.losses.sparse_categorical_crossentropy, "sparse"),
     (keras.ops.sparse_categorical_crossentropy, "sparse"),
@@ -111,13 +113,15 @@ def _compiled_loss(model, output):
             "Received: loss=None"
         )
     if isinstance(loss, dict) and not _is_config(loss):
-        names = list(getattr(model, "output_names", []))
-        key = output if isinstance(output, str) else names[output or 0]
+        index = output_index(model, output)
+        lists = (output_names(model), list(getattr(model, "output_names", None) or []))
+        names = [n[index] for n in lists if index < len(n)] or [output]
+        key = next((name for name in names if name in loss), names[0])  # a dict key, else the layer's name
         if key not in loss:
             raise ValueError(f"The compiled loss has no entry for output {key!r}: {list(loss)}")
         return loss[key]
     if isinstance(loss, (list, tuple)):
-        return loss[output or 0]
+        return loss[output_index(model, output)]
     return loss
 
 
