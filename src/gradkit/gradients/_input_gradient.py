@@ -12,7 +12,7 @@ import numpy as np
 from keras import tree
 
 from gradkit import _checks, _keras_internals, backend
-from gradkit.gradients._batches import batches, padded_size, rows, take
+from gradkit.gradients._batches import batches, padded_size, rows, take, unpadded_size
 from gradkit.gradients._cache import cached, compiled, split_of, variable_split
 from gradkit.gradients._ensemble import as_ensemble
 from gradkit.gradients._labels import check_labels, check_sample_weight
@@ -56,16 +56,20 @@ class InputGradient:
             uses its moving statistics). With True, Dropout and BatchNorm run in training mode, but
             no model variable (BatchNorm statistics, seed state) is ever changed: every call draws
             the same Dropout mask (the seed state is not advanced), and BatchNorm's batch statistics
-            mix the rows of a batch (padding rows included), so rows are independent of their batch
-            only with training=False. Except on PyTorch for a random layer made without `seed=`
-            (`Dropout(0.5)`): Keras then draws from torch's global generator, a new mask per call
-            (and the global stream advances); a UserWarning names such layers. Give them `seed=`.
+            mix the rows of a batch (of `batch_size` rows, the last one smaller; never padded in
+            training mode), so rows are independent of their batch only with training=False.
+            Except on PyTorch for a random layer made without `seed=` (`Dropout(0.5)`): Keras then
+            draws from torch's global generator, a new mask per call (and the global stream
+            advances); a UserWarning names such layers. Give them `seed=`.
         output: name or index of the output to differentiate, for models with several outputs.
-        batch_size: rows per compiled call; the last batch is padded with zero-weight rows so it
-            reuses the same compiled function. Defaults to None (the whole input in one call).
+        batch_size: rows per compiled call; with training=False the last batch is padded with
+            zero-weight rows so it reuses the same compiled function (with training=True nothing is
+            padded: padding rows would enter the batch statistics). Defaults to None (the whole input
+            in one call).
             Under an active `keras.distribution` (JAX backend only; see docs/scaling.md) each batch
             is padded to a multiple of the device count and sharded along the batch axis, so every
-            device computes its rows in the same compiled call.
+            device computes its rows in the same compiled call (with training=True each batch must
+            hold a multiple of the device count, else ValueError).
 
     Call args:
         x: float array `(n, *input_shape)`, or a list/dict of them for multi-input models.
@@ -179,7 +183,10 @@ class InputGradient:
         non_trainables = [backend.variable_values(n) for _, n in lists]
         parts, alpha = [], keras.ops.convert_to_tensor(np.asarray(self.ensemble.weights, "float32"))
         for start, stop in batches(n, self.batch_size):
-            pad = padded_size(stop - start, self.batch_size)  # row counts bucketed
+            if self.training:  # batch statistics of exactly these rows: no padding rows among them
+                pad = unpadded_size(stop - start)
+            else:
+                pad = padded_size(stop - start, self.batch_size)  # row counts bucketed
             xb, yb, wb = backend.distribute_batch(
                 (
                     take(x, start, stop, pad),
