@@ -42,12 +42,17 @@ def compile_loss(model):
 def unseeded_random_layers(model):
     """The names of `model`'s layers (nested ones included) whose random draws come from a
     `SeedGenerator` made without a seed (`Dropout(rate)` without `seed=`, `GaussianNoise`, ...)."""
-    layers = model._flatten_layers(include_self=False) if hasattr(model, "_flatten_layers") else []
     return [
         layer.name
-        for layer in layers
+        for layer in flat_layers(model)
         if getattr(getattr(layer, "seed_generator", None), "_initial_seed", 0) is None
     ]
+
+
+def flat_layers(model):
+    """Every layer inside `model`, nested ones included (not `model` itself); [] where Keras has no such
+    walk."""
+    return list(model._flatten_layers(include_self=False)) if hasattr(model, "_flatten_layers") else []
 
 
 def model_tracker(model):

@@ -95,7 +95,7 @@ class AttackGradient:
     def _objective(self, trainables, non_trainables, x, y, weights):
         logits = []
         for k, (model, is_logits) in enumerate(self._forward):
-            out, _ = model.stateless_call(trainables[k], non_trainables[k], x, **self._kwargs)
+            out, _ = backend.stateless_call(model, trainables[k], non_trainables[k], x, **self._kwargs)
             logits.append(_objectives.as_logits(select_output(out, self._keys[k]), is_logits))
         labels, targets = y
         values = _objectives.combine(

@@ -47,6 +47,12 @@ def unpadded_size(n_rows):
     return n_rows
 
 
+def call_size(n_rows, batch_size, training):
+    """The rows of a compiled call of `n_rows` rows: `padded_size` (row counts bucketed), or in training
+    mode `unpadded_size` (the batch statistics are those of exactly these rows)."""
+    return unpadded_size(n_rows) if training else padded_size(n_rows, batch_size)
+
+
 def take(structure, start, stop, pad_to, zeros=False):
     """Rows start:stop of every leaf, padded up to `pad_to` rows with copies of the first row (or 0)."""
 

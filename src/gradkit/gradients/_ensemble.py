@@ -2,6 +2,7 @@
 
 import keras
 import numpy as np
+from keras import tree
 
 from gradkit import _checks
 from gradkit.gradients._batches import predict_batched
@@ -182,3 +183,16 @@ def as_ensemble(model_or_ensemble):
         "`model` must be a keras.Model, a gradkit.WeightedEnsemble or a fitted boosting estimator. "
         f"Received: {type(model_or_ensemble).__name__}"
     )
+
+
+def normalize_and_weight(grads, weights):
+    """(K, n, ...) member gradients -> sum_k alpha_k g_k / ||g_k||_2 (norm per sample, all inputs)."""
+    leaves = tree.flatten(grads)
+    k, n = leaves[0].shape[:2]
+    sq = sum(np.square(g.reshape(k, n, -1)).sum(axis=-1) for g in leaves)
+    scale = np.asarray(weights).reshape(k, 1) / np.maximum(np.sqrt(sq), 1e-12)
+
+    def combine(g):
+        return np.einsum("kn,kn...->n...", scale, g)
+
+    return tree.map_structure(combine, grads)

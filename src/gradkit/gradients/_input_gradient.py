@@ -12,9 +12,9 @@ import numpy as np
 from keras import tree
 
 from gradkit import _checks, _keras_internals, backend
-from gradkit.gradients._batches import batches, padded_size, rows, take, unpadded_size
+from gradkit.gradients._batches import batches, call_size, rows, take
 from gradkit.gradients._cache import cached, compiled, split_of, variable_split
-from gradkit.gradients._ensemble import as_ensemble
+from gradkit.gradients._ensemble import as_ensemble, normalize_and_weight
 from gradkit.gradients._labels import check_labels, check_sample_weight
 from gradkit.gradients._logits import classifier_forward
 from gradkit.gradients._losses import attack_per_sample, loss_scale, resolve_loss, unscaled
@@ -145,7 +145,7 @@ class InputGradient:
     def _loss(self, trainables, non_trainables, x, y, sample_weight):
         terms = []
         for k, (model, is_logits) in enumerate(self._forward):
-            out, _ = model.stateless_call(trainables[k], non_trainables[k], x, **self._kwargs)
+            out, _ = backend.stateless_call(model, trainables[k], non_trainables[k], x, **self._kwargs)
             out = select_output(out, self._keys[k])
             per_sample = attack_per_sample(self.specs[k], y, out, is_logits)
             terms.append(keras.ops.sum(per_sample * sample_weight["rows"]) * sample_weight["scale"])
@@ -183,10 +183,7 @@ class InputGradient:
         non_trainables = [backend.variable_values(n) for _, n in lists]
         parts, alpha = [], keras.ops.convert_to_tensor(np.asarray(self.ensemble.weights, "float32"))
         for start, stop in batches(n, self.batch_size):
-            if self.training:  # batch statistics of exactly these rows: no padding rows among them
-                pad = unpadded_size(stop - start)
-            else:
-                pad = padded_size(stop - start, self.batch_size)  # row counts bucketed
+            pad = call_size(stop - start, self.batch_size, self.training)
             xb, yb, wb = backend.distribute_batch(
                 (
                     take(x, start, stop, pad),
@@ -199,7 +196,7 @@ class InputGradient:
             parts[-1] = tree.map_structure(lambda g, r=stop - start: rows(g, r, self._stacked), parts[-1])
         grads = tree.map_structure(lambda *p: np.concatenate(p, axis=int(self._stacked)), *parts)
         if self._stacked:
-            grads = _normalize_and_weight(grads, self.ensemble.weights)
+            grads = normalize_and_weight(grads, self.ensemble.weights)
         return tree.map_structure(lambda g: g.astype(np.float32, copy=False), grads)
 
     def _grads(self, trainables, non_trainables, x, y, weights, scale):
@@ -224,19 +221,6 @@ def _warn_unseeded(models):
             UserWarning,
             stacklevel=3,
         )
-
-
-def _normalize_and_weight(grads, weights):
-    """(K, n, ...) member gradients -> sum_k alpha_k g_k / ||g_k||_2 (norm per sample, all inputs)."""
-    leaves = tree.flatten(grads)
-    k, n = leaves[0].shape[:2]
-    sq = sum(np.square(g.reshape(k, n, -1)).sum(axis=-1) for g in leaves)
-    scale = np.asarray(weights).reshape(k, 1) / np.maximum(np.sqrt(sq), 1e-12)
-
-    def combine(g):
-        return np.einsum("kn,kn...->n...", scale, g)
-
-    return tree.map_structure(combine, grads)
 
 
 def input_gradient(

@@ -57,8 +57,8 @@ class WeightGradient:
         return backend.compile_grad(self._loss, "trainable")
 
     def _loss(self, trainable, non_trainable, x, y, weights):
-        out, _, reg = self.model.stateless_call(
-            trainable, non_trainable, x, return_losses=True, **self._kwargs
+        out, _, reg = backend.stateless_call(
+            self.model, trainable, non_trainable, x, return_losses=True, **self._kwargs
         )
         total = 0.0
         for (index, spec, weight), target in zip(self.heads, y):
