@@ -16,8 +16,8 @@ TOP = [
 PACKAGES = {
     "gradkit.gradients": [
         "AttackGradient", "InputGradient", "LossSpec", "WeightGradient", "WeightedEnsemble", "as_ensemble",
-        "cached", "check_labels", "check_model", "check_sample_weight", "check_x", "input_gradient",
-        "labels_for_loss", "member_gradient_norms",
+        "cached", "check_attack_loss", "check_labels", "check_model", "check_sample_weight", "check_x",
+        "input_gradient", "labels_for_loss", "member_gradient_norms",
         "n_outputs", "output_index", "predict_batched", "resolve_loss", "select_output", "training_kwargs",
         "weight_gradients", "weighted_vote",
     ],

@@ -48,10 +48,9 @@ class InputGradient:
             model) the probabilities are used as Keras' loss uses them, with a warning (once per
             model) and `from_probabilities` set: on JAX and PyTorch, samples with a saturated
             softmax then get zero gradients. Binary cross-entropy on a k-unit output (multi-label)
-            is refused: input gradients need one true class per sample. For cross-entropy
-            losses this is the plain cross-entropy of the hard labels, the loss attacks maximize
-            (as in ART and foolbox): a compiled `label_smoothing` or `ignore_class` is not applied
-            (weight gradients, which reproduce `fit`, do apply them).
+            is refused: input gradients need one true class per sample. A cross-entropy's
+            `label_smoothing` and `ignore_class` are applied as Keras applies them (an ignored
+            row's gradient is 0); the attacks, which maximize the plain cross-entropy, refuse them.
         training: the mode the model runs in. Defaults to False (inference: Dropout off, BatchNorm
             uses its moving statistics). With True, Dropout and BatchNorm run in training mode, but
             no model variable (BatchNorm statistics, seed state) is ever changed: every call draws
