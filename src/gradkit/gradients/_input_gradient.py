@@ -60,7 +60,8 @@ class InputGradient:
             Except on PyTorch for a random layer made without `seed=` (`Dropout(0.5)`): Keras then
             draws from torch's global generator, a new mask per call (and the global stream
             advances); a UserWarning names such layers. Give them `seed=`.
-        output: name or index of the output to differentiate, for models with several outputs.
+        output: the output to differentiate, for models with several outputs: a dict output's key or
+            an output layer's name (an index counts in `model.outputs` order, which Keras sorts).
         batch_size: rows per compiled call; with training=False the last batch is padded with
             zero-weight rows so it reuses the same compiled function (with training=True nothing is
             padded: padding rows would enter the batch statistics). Defaults to None (the whole input

@@ -38,8 +38,10 @@ class WeightGradient:
             the model's seed state, BatchNorm normalizes with the batch statistics); no variable of
             the model is changed.
         include_regularization: add `model.losses` (weight and activity regularizers). Defaults to True.
-        output: name or index of a single output to use, for multi-output models. Defaults to None:
-            a single-output model's only output, or every output with a compiled loss.
+        output: a single output to use, for multi-output models: a dict output's key or an output
+            layer's name (or an index into `model.outputs`). Defaults to None: a single-output model's
+            only output, or every output with a compiled loss (a dict of losses and of `loss_weights`
+            is read by the outputs' names, as `fit` reads it).
     """
 
     def __init__(self, model, *, loss=None, training=True, include_regularization=True, output=None):
