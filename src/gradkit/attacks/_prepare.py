@@ -11,6 +11,7 @@ from gradkit.gradients import (
     WeightedEnsemble,
     as_ensemble,
     cached,
+    check_attack_loss,
     check_x,
     n_outputs,
     output_index,
@@ -37,6 +38,8 @@ def step_for(model, grad, *, loss, objective, targeted, output, batch_size, temp
         name = loss
     else:  # a Keras cross-entropy (compiled or given, any spelling) is attacked as "ce"
         name = "ce" if grad.spec.is_classification else None
+        if name:  # "ce" has no label smoothing nor ignored class: refused rather than dropped
+            check_attack_loss(grad.spec)
     if name is None or grad.ensemble.normalize_gradients:
         if objective != "loss_sum":
             raise ValueError(

@@ -15,6 +15,10 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   with the other arguments fixed (on PyTorch flattened once, for the thousands of calls of a
   score-based attack on the same rows).
 - `compile_grad(..., has_aux=True)`: `fn` returns `(loss, aux)`; the call returns `((loss, aux), grads)`.
+- `stateless_call(model, trainable, non_trainable, *args, **kwargs)`: `model.stateless_call` where
+  every layer reads the values given, also the parameters of a `torch.nn.Module` wrapped in
+  `keras.layers.TorchModuleWrapper` (PyTorch), which read their own tensors under Keras' stateless call
+  (keras#20279); a wrapped module whose parameters are not the model's variables raises ValueError.
 - `variable_values(variables, differentiable)`: the current values of Keras variables, passed as
   arguments so that later training is seen without recompiling.
 - `EAGER`: True where nothing is compiled ahead (PyTorch); gradkit then counts distinct input signatures.
@@ -82,6 +86,7 @@ norm_means = _impl.norm_means
 assign_add = _impl.assign_add
 values_before_step = _impl.values_before_step
 input_ascent = _impl.input_ascent
+stateless_call = _impl.stateless_call
 to_tensor = getattr(_impl, "to_tensor", keras.ops.convert_to_tensor)
 to_numpy = getattr(_impl, "to_numpy", keras.ops.convert_to_numpy)
 
@@ -97,6 +102,7 @@ __all__ = [
     "compile_grad",
     "quiet_retracing",
     "set_random_seed",
+    "stateless_call",
     "distribute_batch",
     "divide_norms",
     "group_norms",

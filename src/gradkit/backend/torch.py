@@ -23,6 +23,7 @@ from gradkit.backend._common import (  # noqa: F401
 )
 from gradkit.backend._common import set_random_seed as _set_keras_seed
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
+from gradkit.backend._torch_modules import stateless_call  # noqa: F401
 from gradkit.backend._torch_trace import Traced, compile_forward, flatten  # noqa: F401
 from gradkit.backend._torch_trace import signature as _signature
 from gradkit.errors import DisconnectedGradientError

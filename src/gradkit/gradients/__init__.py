@@ -22,6 +22,7 @@ from gradkit.gradients._labels import check_labels
 from gradkit.gradients._labels import check_sample_weight
 from gradkit.gradients._labels import labels_for_loss
 from gradkit.gradients._losses import LossSpec
+from gradkit.gradients._losses import check_attack_loss
 from gradkit.gradients._losses import resolve_loss
 from gradkit.gradients._model_io import check_model
 from gradkit.gradients._model_io import check_x
@@ -40,6 +41,7 @@ __all__ = [
     "WeightedEnsemble",
     "as_ensemble",
     "cached",
+    "check_attack_loss",
     "check_labels",
     "check_sample_weight",
     "check_model",

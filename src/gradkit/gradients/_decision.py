@@ -15,7 +15,7 @@ import numpy as np
 from gradkit.gradients._batches import predict_batched
 from gradkit.gradients._logits import activation_name, is_opaque, output_layer
 from gradkit.gradients._losses import resolve_loss
-from gradkit.gradients._model_io import output_index, select_output
+from gradkit.gradients._model_io import output_index, output_key, select_output
 
 
 def compiled_spec(model, index):
@@ -92,6 +92,6 @@ def predict_classes(model, x, *, output=None, batch_size=256):
             with a binary cross-entropy that says `from_logits`).
     """
     index = output_index(model, output)
-    out = np.asarray(select_output(predict_batched(model, x, batch_size), index))
+    out = np.asarray(select_output(predict_batched(model, x, batch_size), output_key(model, index)))
     check_readable(model, index, out.shape)
     return classes_from_outputs(out, outputs_are_logits(model, index))

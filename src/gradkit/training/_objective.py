@@ -77,7 +77,7 @@ def attacked_forward(model):
     non_trainable = [v.value for v in model.non_trainable_variables]
 
     def forward(z):
-        return attacked.stateless_call(trainable, non_trainable, z, **kwargs)[0]
+        return backend.stateless_call(attacked, trainable, non_trainable, z, **kwargs)[0]
 
     return forward, is_logits
 
