@@ -7,6 +7,7 @@ from jax.extend.core import Literal
 
 from gradkit.backend._common import bind_all_but_x, quiet_retracing, set_random_seed  # noqa: F401
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
+from gradkit.backend._weight_stats import cond, stats_builder  # noqa: F401
 from gradkit.errors import DisconnectedGradientError
 
 ROW_QUANTUM = None  # None: rows are padded to the batch size or the next power of two (traces are costly)
@@ -141,6 +142,9 @@ def group_norms(grads, matrix, last):
     return jnp.sqrt(matrix @ jnp.stack(squares))
 
 
+weight_stats = stats_builder(_squared_norm)
+
+
 def assign_add(variable, value):
     """`variable += value` (a Keras variable; inside a stateless scope, recorded there)."""
     variable.assign_add(value)
@@ -186,6 +190,7 @@ def wrap_train_step(model, metric, norms_fn):
             return stateless_apply(optimizer_values, grads, trainable_values)
 
         optimizer.stateless_apply = capturing_apply
+        old = state
         try:
             logs, state = step_cls.train_step(model, state, data)
         finally:
@@ -195,7 +200,8 @@ def wrap_train_step(model, metric, norms_fn):
         slots = metric_slots()
         values = [metric_values[i] for i in slots]
         if "grads" in captured:
-            norms = norms_fn(captured["grads"], captured["scale"])
+            weights = (old[0], trainable) if getattr(norms_fn, "needs_weights", False) else ()
+            norms = norms_fn(captured["grads"], captured["scale"], *weights)
             values = metric.stateless_update_state(values, norms)
             for i, value in zip(slots, values):
                 metric_values[i] = value
