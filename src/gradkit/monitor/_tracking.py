@@ -57,7 +57,8 @@ def _step_state(model, args, every_n_steps):
     if accumulators and len(accumulators) == len(model.trainable_variables):
         *acc, iteration = backend.values_before_step(model, args, [*accumulators, iterations])
         state.update(acc=acc, iteration=iteration)
-    elif optimizer.built:  # an unbuilt optimizer has run no step: iteration 0
+    elif optimizer.built or backend.NAME != "jax":  # the counter exists before the optimizer is built
+        # (JAX's step state holds it only once it is); a traced step must read it, not fix it at 0.
         (state["iteration"],) = backend.values_before_step(model, args, [iterations])
     if backend.EAGER:  # PyTorch decides on the host whether the step is sampled
         state["iteration"] = int(state["iteration"])
