@@ -6,8 +6,11 @@ import numpy as np
 import pytest
 
 import gradkit
+import test_callbacks
 from gradkit.monitor import GradientNormCallback, track_gradient_norm, untrack_gradient_norm
-from test_callbacks import LOSS, X, Y, fit, mlp, norm_path  # noqa: F401 - norm_path is a fixture
+from test_callbacks import LOSS, X, Y, fit, mlp
+
+norm_path = test_callbacks.norm_path  # the fixture: PyTorch's host and tensor paths
 
 X0 = X.copy()
 X0[:, 0] = 0.0  # a dead input: the hidden kernel's first row gets exact-zero gradients

@@ -25,7 +25,8 @@ def _columns(grads, before, after, columns, clip):
         if "max" in columns:
             out["max"] = _norms(grads, math.inf)
         if "zeros" in columns:
-            out["zeros"] = torch.tensor([g.numel() for g in grads], device=grads[0].device) - _norms(grads, 0.0)
+            sizes = torch.tensor([g.numel() for g in grads], device=grads[0].device)
+            out["zeros"] = sizes - _norms(grads, 0.0)
         if "nonfinite" in columns:
             out["nonfinite"] = _norms(torch._foreach_sub(grads, grads), 0.0)
         if "clip_sq" in columns:

@@ -1,14 +1,14 @@
 """Per-weight statistics of a training step, for the diagnostics of `gradkit.monitor` (TF and JAX).
 
-`weight_stats(grads, before, after, columns, shapes, clip)` gives a float32 tensor `(n, len(columns))`: for each
-of the n trainable weights, the statistics named in `columns` (see `gradkit.monitor._groups.COLUMNS`):
+`weight_stats(grads, before, after, columns, shapes, clip)` gives a float32 tensor `(n, len(columns))`:
+for each of the n trainable weights, the statistics named in `columns` (`gradkit.monitor._groups.COLUMNS`):
 
 - "sq": |g|^2, "clip_sq": |clip(g, -clip, clip)|^2, "max": max |g|, "nonfinite": the count of NaN and
   inf entries of g, "zeros": the count of exact zeros of g (gradients as given: loss scale not removed);
 - "param_sq": |w|^2 of the weight before the step, "update_sq": |w_after - w_before|^2.
 
-A None gradient counts as a zero tensor of its weight's shape (`shapes`). TensorFlow and JAX trace it into the step (`keras.ops` costs nothing per
-step there); PyTorch has its own (`_torch_stats.py`).
+A None gradient counts as a zero tensor of its weight's shape (`shapes`). TensorFlow and JAX trace this
+into the step (`keras.ops` costs nothing per step there); PyTorch has its own (`_torch_stats.py`).
 """
 
 import keras

@@ -19,9 +19,9 @@ class GradientNormCallback(keras.callbacks.Callback):
 
     On `set_model` (before `fit` builds its training function) it calls `track_gradient_norm`, so
     `grad_norm` and the other keys (epoch mean of the step values, see the `gradkit.monitor`
-    docstring) reach the progress bar, `History`, `CSVLogger` and TensorBoard. It also keeps the value of each step,
-    recovered in float64 from the running means in the batch logs: step n's value is
-    n * mean_n - (n - 1) * mean_(n-1). The means are float32 (float64 on PyTorch's CPU), so a value's
+    docstring) reach the progress bar, `History`, `CSVLogger` and TensorBoard. It also keeps the value
+    of each recorded step, recovered in float64 from the running means in the batch logs: step n's
+    value is n * mean_n - (n - 1) * mean_(n-1). The means are float32 (float64 on PyTorch's CPU), so a value's
     error grows with its step index n within the epoch, to about 2e-7 * n * mean_n (1e-5 of the mean at
     step 50, 2e-4 at step 1000; in float64, 1e-16 * n * mean_n); after a NaN or inf step, the rest of
     the epoch's step values are NaN (its epoch mean is NaN/inf anyway). With `steps_per_execution=k`,
