@@ -173,3 +173,22 @@ def test_bad_arguments_are_rejected_before_fit():
     frozen.compile(optimizer="sgd", loss=LOSS)
     with pytest.raises(ValueError, match="`per_layer` must be False for a model without a trainable"):
         frozen.fit(X, Y, verbose=0, callbacks=[GradientNormCallback(per_layer=True)])
+
+
+def test_plot_training_diagnostics_draws_a_panel_per_group(tmp_path):
+    from matplotlib.image import imread
+
+    model = mlp(keras.optimizers.SGD(0.1, global_clipnorm=0.5))
+    callback = GradientNormCallback(per_layer=True, include="all")
+    history = model.fit(X, Y, batch_size=4, epochs=3, verbose=0, callbacks=[callback])
+    path = gradkit.plot_training_diagnostics(history, tmp_path / "diag.png", title="mlp")
+    assert path == str(tmp_path / "diag.png")
+    image = imread(path)
+    assert image.shape[0] == 4 * 320 and image.shape[1] == 1100  # 7 panels: 4 rows of 2
+    gradkit.plot_training_diagnostics({"grad_norm": [1.0, 2.0]}, tmp_path / "one.png")
+    with pytest.raises(ValueError, match="`history` has no training diagnostics"):
+        gradkit.plot_training_diagnostics({"loss": [1.0]}, tmp_path / "x.png")
+    with pytest.raises(ValueError, match="`clip_threshold` must be a number > 0"):
+        gradkit.plot_training_diagnostics(history, tmp_path / "x.png", clip_threshold=0)
+    with pytest.raises(ValueError, match="`path` must name a .png file"):
+        gradkit.plot_training_diagnostics(history, tmp_path / "x.pdf")
