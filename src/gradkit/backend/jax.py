@@ -154,10 +154,8 @@ add_norms = norm_adder(assign_add)
 
 
 def values_before_step(model, args, variables):
-    """The values of `model.optimizer`'s `variables` in the state of the step `train_step(*args)`.
-
-    The JAX step is stateless, `train_step(state, data)`: `state[2]` holds the values of
-    `model.optimizer.variables`, read from there (the variables themselves are not updated in the step).
+    """The values of `model.optimizer`'s `variables` in the state of the step `train_step(*args)`: the
+    stateless JAX step's `state[2]` holds those of `model.optimizer.variables` (not updated in the step).
     """
     optimizer_values = args[0][2]
     ids = [id(v) for v in model.optimizer.variables]
@@ -190,17 +188,16 @@ def wrap_train_step(model, metric, norms_fn):
             return stateless_apply(optimizer_values, grads, trainable_values)
 
         optimizer.stateless_apply = capturing_apply
-        old = state
         try:
-            logs, state = step_cls.train_step(model, state, data)
+            logs, new_state = step_cls.train_step(model, state, data)
         finally:
             del optimizer.stateless_apply
-        trainable, non_trainable, optimizer_values, metric_values = state
+        trainable, non_trainable, optimizer_values, metric_values = new_state
         metric_values = list(metric_values)
         slots = metric_slots()
         values = [metric_values[i] for i in slots]
         if "grads" in captured:
-            weights = (old[0], trainable) if getattr(norms_fn, "needs_weights", False) else ()
+            weights = (state[0], trainable) if getattr(norms_fn, "needs_weights", False) else ()
             norms = norms_fn(captured["grads"], captured["scale"], *weights)
             values = metric.stateless_update_state(values, norms)
             for i, value in zip(slots, values):

@@ -154,7 +154,7 @@ def _rows(matrix):
     return rows
 
 
-def _on_host():
+def _on_host():  # where the in-step values are summed on the host (see `group_norms`)
     return _HOST_ON_CPU and str(_keras_internals.torch_device()) == "cpu"
 
 
@@ -164,12 +164,10 @@ def weight_stats(grads, before, after, columns, shapes, clip=None):
 
 
 def cond(predicate, true_fn, size):
-    """`true_fn()` if `predicate` (a Python bool here: the step runs eagerly), else zeros of `size`."""
+    """`true_fn()` if `predicate` (a Python bool: the step runs eagerly), else `size` zeros."""
     if predicate:
         return true_fn()
-    if _on_host():
-        return [0.0] * size
-    return torch.zeros(size, device=_keras_internals.torch_device())
+    return [0.0] * size if _on_host() else torch.zeros(size, device=_keras_internals.torch_device())
 
 
 def assign_add(variable, value):
@@ -210,9 +208,8 @@ def wrap_train_step(model, metric, norms_fn):
             return result
 
         def _apply_between_reads(apply, grads, trainable_variables, scale):
-            # The update writes the weights in place: a copy keeps them as they were (sampled steps only).
             variables = list(trainable_variables or model.trainable_variables)
-            taken = norms_fn.sampled()
+            taken = norms_fn.sampled()  # the update writes the weights in place: copies keep them
             before = [v.value.detach().clone() for v in variables] if taken else None
             result = apply(grads, trainable_variables)
             after = [v.value.detach() for v in variables] if taken else None
