@@ -190,5 +190,5 @@ def test_plot_training_diagnostics_draws_a_panel_per_group(tmp_path):
         gradkit.plot_training_diagnostics({"loss": [1.0]}, tmp_path / "x.png")
     with pytest.raises(ValueError, match="`clip_threshold` must be a number > 0"):
         gradkit.plot_training_diagnostics(history, tmp_path / "x.png", clip_threshold=0)
-    with pytest.raises(ValueError, match="`path` must name a .png file"):
+    with pytest.raises(ValueError, match="`path` must be a .png file name"):
         gradkit.plot_training_diagnostics(history, tmp_path / "x.pdf")

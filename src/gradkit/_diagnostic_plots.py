@@ -1,13 +1,16 @@
 """`plot_training_diagnostics`: one PNG of the training diagnostics in a History, a panel per group.
 
-Kept apart from `plotting.py` (which would pass 250 lines); it shares its path check and atomic save.
+Kept apart from `plotting.py` (which would pass 250 lines), with the same rules: matplotlib imported
+inside the function, a bare `Figure`, the file written atomically.
 """
 
 import math
+import os
 
 import numpy as np
 
-from gradkit.plotting import _check, _save
+from gradkit import _checks
+from gradkit._io import write_atomic
 
 # Panels in order: (title, keys drawn on it). Keys absent from the history are skipped.
 _PANELS = (
@@ -20,6 +23,22 @@ _PANELS = (
     ("non-finite entries, zero fraction", ("grad_nonfinite", "grad_zero_fraction")),
 )
 _BAND = (10**-3.5, 10**-2.5)  # around the usual healthy update ratio, 1e-3
+
+
+def _check(path, title):
+    if title is not None and not isinstance(title, str):
+        _checks.fail("title", "a str or None", title, TypeError)
+    if not isinstance(path, (str, os.PathLike)):
+        _checks.fail("path", "a str or os.PathLike", path, TypeError)
+    if not os.fspath(path).lower().endswith(".png"):
+        _checks.fail("path", "a .png file name", os.fspath(path))
+    return os.fspath(path)
+
+
+def _save(fig, path):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
+    return path
 
 
 def _series(history):
