@@ -29,6 +29,8 @@ class GradientNormCallback(keras.callbacks.Callback):
     is `async_safe` and keeps Keras' asynchronous callback dispatch on.
     One instance may serve several `fit` calls: values accumulate. When training ends the model is
     left as the callback found it: untracked, or tracked as it was before (`track_gradient_norm`).
+    Each `fit` with the callback therefore builds its training function anew (one trace on TensorFlow
+    and JAX); to train one model in many short `fit` calls, `track_gradient_norm` it once instead.
 
     Args:
         per_layer: also log `"<key>/<layer name>"` per top-level layer. Defaults to False.
