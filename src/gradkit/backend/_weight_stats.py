@@ -15,8 +15,14 @@ import keras
 from keras import ops
 
 
-def stats_builder(squared_norm):
-    """`weight_stats` built on the backend's fastest `squared_norm(t) -> scalar float32`."""
+def stats_builder(squared_norm, total=ops.sum):
+    """`weight_stats` built on the backend's fastest `squared_norm(t)` and `total(t)` (sum of a float32
+    tensor), both to a scalar float32. The count of non-finite entries is taken only where the squared
+    norm is not finite (a conditional: no pass over a finite gradient)."""
+
+    def nonfinite(g, sq):
+        count = lambda: total(ops.cast(ops.logical_not(ops.isfinite(g)), "float32"))  # noqa: E731
+        return ops.cond(ops.isfinite(sq), lambda: ops.zeros((), "float32"), count)
 
     def one(g, w0, w1, columns, clip, shape):
         g = ops.zeros(shape, "float32") if g is None else ops.cast(g, "float32")
@@ -33,9 +39,9 @@ def stats_builder(squared_norm):
             elif column == "max":
                 row.append(ops.max(ops.abs(g)))
             elif column == "nonfinite":
-                row.append(ops.sum(ops.cast(ops.logical_not(ops.isfinite(g)), "float32")))
+                row.append(nonfinite(g, row[columns.index("sq")]))
             else:  # "zeros"
-                row.append(ops.sum(ops.cast(ops.equal(g, 0.0), "float32")))
+                row.append(total(ops.cast(ops.equal(g, 0.0), "float32")))
         return ops.stack(row)
 
     def weight_stats(grads, before, after, columns, shapes, clip=None):

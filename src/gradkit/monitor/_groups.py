@@ -10,7 +10,7 @@ computed in the step from per-weight statistics (the `COLUMNS` of `gradkit.backe
 | "clipped" | grad_norm_clipped, clip_fraction                  | sq (+ clip_sq, max with clipvalue) |
 | "params"  | param_norm                                        | param_sq                           |
 | "updates" | update_norm, update_ratio                         | update_sq, param_sq                |
-| "health"  | grad_max, grad_nonfinite, grad_zero_fraction      | max, nonfinite, zeros              |
+| "health"  | grad_max, grad_nonfinite, grad_zero_fraction      | sq, max, nonfinite, zeros          |
 """
 
 from gradkit import _checks
@@ -29,7 +29,8 @@ _NEEDS = {
     "clipped": {"sq"},
     "params": {"param_sq"},
     "updates": {"update_sq", "param_sq"},
-    "health": {"max", "nonfinite", "zeros"},
+    "health": {"sq", "max", "nonfinite", "zeros"},  # "sq": the count of non-finite entries runs only
+    # where the squared norm is not finite
 }
 
 
