@@ -3,8 +3,9 @@
 Eager PyTorch runs each tensor operation as called, so the statistics use the multi-tensor kernels
 (`torch._foreach_norm`: one call for every weight's L2 norm, one for every max |g|, an order-0 norm
 for the count of non-zeros) rather than a few operations per weight. A non-finite entry is the one
-non-zero of `g - g` (inf - inf and NaN - NaN are NaN). On the CPU the table comes to the host once,
-as a float64 numpy array (the rest is arithmetic on a few numbers); on an accelerator it stays there.
+non-zero of `g - g` (inf - inf and NaN - NaN are NaN), counted only where a squared norm is not
+finite. On the CPU the table comes to the host once, as a float64 numpy array (the rest is arithmetic
+on a few numbers); on an accelerator it stays there.
 """
 
 import math
@@ -27,8 +28,9 @@ def _columns(grads, before, after, columns, clip):
         if "zeros" in columns:
             sizes = torch.tensor([g.numel() for g in grads], device=grads[0].device)
             out["zeros"] = sizes - _norms(grads, 0.0)
-        if "nonfinite" in columns:
-            out["nonfinite"] = _norms(torch._foreach_sub(grads, grads), 0.0)
+        if "nonfinite" in columns:  # counted only where a squared norm is not finite (one check)
+            finite = bool(torch.isfinite(out["sq"]).all())
+            out["nonfinite"] = out["sq"] * 0.0 if finite else _norms(torch._foreach_sub(grads, grads), 0.0)
         if "clip_sq" in columns:
             out["clip_sq"] = _norms([g.clamp(-clip, clip) for g in grads], 2.0).square()
     if "param_sq" in columns:
