@@ -25,13 +25,20 @@ JAX): a one-step fit after each switch does that outside the timing. The turn-ta
 implements no batch-end hook, so Keras keeps dispatching the batch-end callbacks asynchronously as
 in a plain fit.
 
+The tracked model is tracked with `track_gradient_norm` (what `GradientNormCallback` installs for the
+length of a `fit`; the callback itself removes it at the end of each `fit`, so each `fit` with it
+builds its training function anew, which would put a trace inside the timing).
+
 Section "grad_norm_fit" of results.json: plain_s, tracked_s (median seconds per fit), overhead_ratio,
 overhead_ci95, control_ratio, control_ci95, naive_ratio, the ratio of each pair (pair_overheads,
-control_pair_ratios), the design and the settings.
+control_pair_ratios), the design and the settings. Section "diagnostics_fit" (issue 31): the same
+measurement (overhead_ratio, its interval, the control, the goal) for each variant of `VARIANTS`:
+every group of `include="all"`, and the same with `every_n_steps=100`.
 
     KERAS_BACKEND=jax python benchmarks/bench_norms.py
 
-Settings: BENCH_NORMS_STEPS (200), BENCH_NORMS_PAIRS (24), BENCH_NORMS_BURST (20), BENCH_NORMS_LOCKSTEP.
+Settings: BENCH_NORMS_STEPS (200), BENCH_NORMS_PAIRS (24), BENCH_NORMS_BURST (20), BENCH_NORMS_LOCKSTEP,
+BENCH_NORMS_VARIANTS (comma-separated names of `VARIANTS`; all by default).
 """
 
 import os
@@ -56,6 +63,13 @@ BURST = int(os.environ.get("BENCH_NORMS_BURST", 20))
 # running during the other fit's turn (measured: pairs and controls scatter +-30% that way, against
 # +-10-15% for sequential fits). BENCH_NORMS_LOCKSTEP=1 or 0 forces one design.
 LOCKSTEP = os.environ.get("BENCH_NORMS_LOCKSTEP", str(int(keras.backend.backend() != "tensorflow"))) == "1"
+# name: (track_gradient_norm arguments, the issue's goal for the overhead ratio)
+VARIANTS = {
+    "grad_norm": ({}, 1.05),
+    "all_groups": ({"include": "all"}, 1.05),
+    "all_groups_every_100": ({"include": "all", "every_n_steps": 100}, 1.01),
+}
+CHOSEN = [v for v in os.environ.get("BENCH_NORMS_VARIANTS", ",".join(VARIANTS)).split(",") if v]
 
 
 def build(weights=None):
@@ -144,7 +158,7 @@ def run():
     weights = first.get_weights()
     pair = [first, build(weights)]  # A and B: each is tracked in one round of a pair, plain in the other
     naive_model = build(weights)
-    tracking = gradkit.GradientNormCallback()
+    tracking = {}  # the track_gradient_norm arguments of the variant being measured
 
     def fit(model, callbacks=(), steps=STEPS):
         start = time.perf_counter()
@@ -185,25 +199,51 @@ def run():
         """Tracks pair[index] only (None: neither); builds both training functions, untimed."""
         for i, model in enumerate(pair):
             if i == index:
-                fit(model, [tracking], steps=1)
+                gradkit.track_gradient_norm(model, **tracking)
             else:
                 gradkit.untrack_gradient_norm(model)
-                fit(model, steps=1)
+            fit(model, steps=1)
 
-    overhead, control, plain_s, tracked_s = [], [], [], []
-    for p in range(PAIRS):
-        is_control = p % 3 == 2
-        ratios = []
-        for index in (0, 1):  # the tracked model of this round
-            tracked = None if is_control else index
-            set_tracked(tracked)
-            callbacks = [[tracking] if i == tracked else [] for i in (0, 1)]
-            times = lockstep(callbacks) if LOCKSTEP else [fit(m, c) for m, c in zip(pair, callbacks)]
-            ratios.append(times[index] / times[1 - index])
-            if not is_control:
-                tracked_s.append(times[index])
-                plain_s.append(times[1 - index])
-        (control if is_control else overhead).append(float(np.sqrt(ratios[0] * ratios[1])))
+    def measure():
+        overhead, control, plain_s, tracked_s = [], [], [], []
+        for p in range(PAIRS):
+            is_control = p % 3 == 2
+            ratios = []
+            for index in (0, 1):  # the tracked model of this round
+                set_tracked(None if is_control else index)
+                times = lockstep([[], []]) if LOCKSTEP else [fit(m) for m in pair]
+                ratios.append(times[index] / times[1 - index])
+                if not is_control:
+                    tracked_s.append(times[index])
+                    plain_s.append(times[1 - index])
+            (control if is_control else overhead).append(float(np.sqrt(ratios[0] * ratios[1])))
+        return overhead, control, plain_s, tracked_s
+
+    sections = {"diagnostics_fit": {}}
+    for name in CHOSEN:
+        kwargs, goal = VARIANTS[name]
+        tracking.clear()
+        tracking.update(kwargs)
+        overhead, control, plain_s, tracked_s = measure()
+        ratio, ci = median_ci(overhead)
+        control_ratio, control_ci = median_ci(control)
+        sections["diagnostics_fit"][name] = {
+            "arguments": {k: str(v) for k, v in kwargs.items()},
+            "overhead_ratio": ratio,
+            "overhead_ci95": ci,
+            "control_ratio": control_ratio,
+            "control_ci95": control_ci,
+            "goal": goal,
+            "pairs": PAIRS,
+            "steps": STEPS,
+        }
+        print(f"{name}: {ratio:.3f}x (95% CI {ci[0]:.3f}-{ci[1]:.3f}), control {control_ratio:.3f}x")
+        if name == "grad_norm":
+            sections["grad_norm_fit"] = dict(
+                plain_s=float(np.median(plain_s)), tracked_s=float(np.median(tracked_s)), overhead=overhead
+            )
+    if "grad_norm_fit" not in sections:
+        return sections
     naive = []
     fit(naive_model, [NaiveNorm(x, y)], steps=2)
     gradkit.untrack_gradient_norm(pair[0])
@@ -212,26 +252,22 @@ def run():
         order = (pair[0], naive_model) if i % 2 == 0 else (naive_model, pair[0])
         times = {id(m): fit(m, [NaiveNorm(x, y)] if m is naive_model else []) for m in order}
         naive.append(times[id(naive_model)] / times[id(pair[0])])
-    overhead_ratio, overhead_ci = median_ci(overhead)
-    control_ratio, control_ci = median_ci(control)
     print(f"{keras.backend.backend()}: MLP with {n_params} parameters, {STEPS} steps x batch {BATCH}")
-    return {
-        "grad_norm_fit": {
-            "plain_s": float(np.median(plain_s)),
-            "tracked_s": float(np.median(tracked_s)),
-            "overhead_ratio": overhead_ratio,
-            "overhead_ci95": overhead_ci,
-            "control_ratio": control_ratio,
-            "control_ci95": control_ci,
-            "naive_ratio": float(np.median(naive)),
-            "steps": STEPS,
-            "batch_size": BATCH,
-            "design": f"turns of {BURST} steps" if LOCKSTEP else "sequential fits",
-            "pair_overheads": [round(r, 4) for r in overhead],
-            "control_pair_ratios": [round(r, 4) for r in control],
-            "params": n_params,
-        }
-    }
+    main = sections["diagnostics_fit"]["grad_norm"]
+    overhead = sections["grad_norm_fit"].pop("overhead")
+    sections["grad_norm_fit"].update(
+        overhead_ratio=main["overhead_ratio"],
+        overhead_ci95=main["overhead_ci95"],
+        control_ratio=main["control_ratio"],
+        control_ci95=main["control_ci95"],
+        naive_ratio=float(np.median(naive)),
+        steps=STEPS,
+        batch_size=BATCH,
+        design=f"turns of {BURST} steps" if LOCKSTEP else "sequential fits",
+        pair_overheads=[round(r, 4) for r in overhead],
+        params=n_params,
+    )
+    return sections
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ import gradkit
 TOP = [
     "AdaBoostM1", "DisconnectedGradientError", "Evaluation", "GradientNormCallback", "InputGradient",
     "SAMME", "WeightGradient", "WeightedEnsemble", "apgd", "bim", "evaluate", "fgsm", "gradient_norm",
-    "input_gradient", "load", "pgd", "plot_grad_norm", "plot_robustness", "robustness_curve", "run_study",
+    "input_gradient", "load", "pgd", "plot_grad_norm", "plot_robustness", "plot_training_diagnostics",
+    "robustness_curve", "run_study",
     "square", "track_gradient_norm", "untrack_gradient_norm", "weight_gradients", "adversarial_training",
     "untrack_adversarial_training", "CatastrophicOverfittingCheck", "WorseThanRandomError",
 ]  # fmt: skip

@@ -63,7 +63,9 @@ def test_logged_value_is_the_norm_before_each_step_over_two_fits(weighted, norm_
             assert history[key][0] == pytest.approx(value, rel=1e-5)
             assert callback.steps[key][-1] == [pytest.approx(value, rel=1e-5)]
     assert callback.epochs == [0, 0]
-    assert [m.name for m in model.metrics].count("grad_norm") == 1
+    # Each fit installs the tracking and removes it at its end: the model is left untracked.
+    assert "grad_norm" not in [m.name for m in model.metrics] and "train_step" not in vars(model)
+    assert "grad_norm" not in fit(model, X, Y)
 
 
 def test_step_values_and_epoch_mean_nan_passes_through(norm_path):
@@ -198,9 +200,9 @@ def test_in_step_norms_by_hand(norm_path):
 
 
 @pytest.mark.parametrize("host", [False, True], ids=["tensor", "host"])
-def test_metric_mean_counts_weighted_steps_and_starts_at_zero(host):
+def test_metric_mean_counts_weighted_steps_and_keeps_the_last_counted_step(host):
     metric = GradientNormMetric(["grad_norm", "grad_norm/a"])
-    assert [float(v) for v in metric.result().values()] == [0.0, 0.0]
+    assert np.isnan([float(v) for v in metric.result().values()]).all()  # nothing applied yet: NaN, not 0
     for _ in range(2):  # two epochs: reset_state starts the host sums again
         for step in ([3.0, 1.0, 1.0], [5.0, 3.0, 1.0], [0.0, 0.0, 0.0]):  # the last step does not count
             metric.update_state(step if host else keras.ops.convert_to_tensor(step))
@@ -208,7 +210,8 @@ def test_metric_mean_counts_weighted_steps_and_starts_at_zero(host):
         assert {k: float(v) for k, v in result.items()} == {"grad_norm": 4.0, "grad_norm/a": 2.0}
         assert all(isinstance(v, float) for v in result.values()) == host  # host values stay Python floats
         metric.reset_state()
-        assert float(metric.result()["grad_norm"]) == 0.0
+        # No counted step since the reset: the last counted step's values, never 0.
+        assert {k: float(v) for k, v in metric.result().items()} == {"grad_norm": 5.0, "grad_norm/a": 3.0}
 
 
 def test_logged_value_is_a_python_float_only_on_the_host_path(norm_path):
@@ -285,8 +288,11 @@ def test_a_tracked_model_saves_and_loads_without_the_tracking(tmp_path):
     loaded = keras.models.load_model(path)
     np.testing.assert_allclose(loaded.predict(X, verbose=0), model.predict(X, verbose=0), rtol=1e-6)
     assert not any(key.startswith("grad_norm") for key in fit(loaded, X, Y))
-    expected = gradkit.gradient_norm(model, X, Y)  # the saved model is still tracked and trains on
+    track_gradient_norm(model)  # a model saved while tracked trains on, tracked
+    model.save(path)
+    expected = gradkit.gradient_norm(model, X, Y)
     assert fit(model, X, Y)["grad_norm"][0] == pytest.approx(expected, rel=1e-5)
+    assert not any(key.startswith("grad_norm") for key in fit(keras.models.load_model(path), X, Y))
 
 
 class Subclassed(keras.Model):

@@ -19,6 +19,7 @@ RANKS = {
     "_quiet": 0,
     "backend": 1,
     "plotting": 1,
+    "_diagnostic_plots": 1,
     "gradients": 2,
     "monitor": 3,
     "attacks": 3,

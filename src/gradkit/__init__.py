@@ -23,6 +23,7 @@ _EXPORTS = {
     "track_gradient_norm": "gradkit.monitor",
     "untrack_gradient_norm": "gradkit.monitor",
     "plot_grad_norm": "gradkit.plotting",
+    "plot_training_diagnostics": "gradkit._diagnostic_plots",
     "plot_robustness": "gradkit.plotting",
     # attacks
     "fgsm": "gradkit.attacks",

@@ -37,10 +37,18 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
 - `norm_means(sums, host_sums, names)`: the running means `{name: value}` (tensors or Python floats).
 - `assign_add(variable, value)`: `variable += value` for a Keras variable, the cheapest way the
   backend has (the in-step metric update).
+- `weight_stats(grads, before, after, columns, shapes, clip)`: a table `(n, len(columns))` of per-weight
+  statistics of a step (squared norms, max |g|, counts of non-finite entries and zeros, squared norms
+  of the weights before and of the update; see `_weight_stats.py`): a float32 tensor, or on PyTorch's
+  CPU a float64 numpy array (the diagnostics of `gradkit.monitor` then run on the host).
+- `cond(predicate, true_fn, size)`: `true_fn()` where `predicate` holds, else `size` zeros; only one
+  branch runs (a traced conditional; a Python `if` on PyTorch, where `predicate` is a bool).
 - `values_before_step(model, args, variables)`: the values of optimizer variables as they are before
   the training step `model.train_step(*args)` runs (the step's arguments are opaque to the caller).
 - `wrap_train_step(model, metric, norms_fn)`: `(train_step, test_step)` that record the norms of the
-  gradients the training step applies into `metric` (see `gradkit.monitor`).
+  gradients the training step applies into `metric` (see `gradkit.monitor`). With
+  `norms_fn.needs_weights`, it is called `norms_fn(grads, scale, before, after)` with the trainable
+  weights' values before and after the update (PyTorch copies them only where `norms_fn.sampled()`).
 - `input_ascent(forward, loss_of, x, update, steps)`: the inner attack of adversarial
   training, run inside the training step: `steps` times `x <- update(x, grad_x loss_of(forward(x)))`,
   the gradient w.r.t. `x` alone, the result cut from the outer gradient (`gradkit.training`).
@@ -85,6 +93,8 @@ add_norms = _impl.add_norms
 norm_means = _impl.norm_means
 assign_add = _impl.assign_add
 values_before_step = _impl.values_before_step
+weight_stats = _impl.weight_stats
+cond = _impl.cond
 input_ascent = _impl.input_ascent
 stateless_call = _impl.stateless_call
 to_tensor = getattr(_impl, "to_tensor", keras.ops.convert_to_tensor)
@@ -100,6 +110,7 @@ __all__ = [
     "batch_multiple",
     "compile_forward",
     "compile_grad",
+    "cond",
     "quiet_retracing",
     "set_random_seed",
     "stateless_call",
@@ -112,5 +123,6 @@ __all__ = [
     "to_tensor",
     "values_before_step",
     "variable_values",
+    "weight_stats",
     "wrap_train_step",
 ]

@@ -72,23 +72,27 @@ def norm_adder(assign_add):
     return add_norms
 
 
-def norm_means(sums, host_sums, names):
+def norm_means(sums, host_sums, names, last, host_last):
     """`{name: sum_i / count}` from running sums whose last entry is the count of steps.
 
     Args:
         sums: the float32 Keras variable `(len(names) + 1,)` of the tensor sums.
         host_sums: the list of host sums, or None (then `sums` is read).
         names: the k log keys.
+        last: the float32 Keras variable `(k,)` of the last counted step's values (NaN before any).
+        host_last: the list of the last counted host values, or None.
 
     Returns:
-        dict of k Python floats (host sums) or k scalar float32 tensors; 0 before any counted step.
+        dict of k Python floats (host values) or k scalar float32 tensors; where no step counted since
+        the sums were reset, the last counted step's values.
     """
-    if host_sums is not None:
-        count = host_sums[-1] + 1e-30
+    if host_sums is not None and host_sums[-1] != 0:  # NaN counts (a NaN step) give NaN means
+        count = host_sums[-1]
         return {name: host_sums[i] / count for i, name in enumerate(names)}
+    if host_last is not None:
+        return dict(zip(names, host_last))
     values = sums.value
-    # The count is a whole number: adding 1e-30 changes no count >= 1 in float32, and before any counted
-    # step it makes the mean 0 / 1e-30 = 0 rather than NaN. Indexing rather than unstack: one operation
-    # per name, and no keras.ops call.
-    mean = values / (values[-1] + 1e-30)
+    count = values[-1]
+    # A count is a whole number: adding 1e-30 changes no count >= 1 in float32 and avoids 0 / 0.
+    mean = keras.ops.where(count != 0, values[:-1] / (count + 1e-30), last.value)
     return {name: mean[i] for i, name in enumerate(names)}

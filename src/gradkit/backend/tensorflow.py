@@ -16,6 +16,7 @@ from gradkit.backend._common import (  # noqa: F401
     values_before_step,
 )
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
+from gradkit.backend._weight_stats import cond, stats_builder  # noqa: F401
 from gradkit.errors import DisconnectedGradientError
 
 ROW_QUANTUM = None  # None: rows are padded to the batch size or the next power of two (traces are costly)
@@ -108,6 +109,9 @@ def group_norms(grads, matrix, last):
     return tf.sqrt(tf.linalg.matvec(matrix, tf.stack(squares)))
 
 
+weight_stats = stats_builder(lambda t: 2.0 * tf.nn.l2_loss(t))
+
+
 def assign_add(variable, value):
     """`variable += value` (a Keras variable; inside a stateless scope, recorded there)."""
     variable.assign_add(value)
@@ -134,6 +138,8 @@ def wrap_train_step(model, metric, norms_fn):
         def capturing_apply(grads, trainable_variables=None):
             grads = list(grads)
             dense = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+            if getattr(norms_fn, "needs_weights", False):
+                return _apply_between_reads(apply, grads, trainable_variables, dense)
             values = norms_fn(dense, _loss_scale(optimizer, trainable_variables))
             metric.update_state(values)  # before the step's compute_metrics reads the metrics
             # The update runs after the norms have read the gradients, so that it may reuse their
@@ -142,6 +148,18 @@ def wrap_train_step(model, metric, norms_fn):
             # this order, 0-4%.
             with tf.control_dependencies([values]):
                 return apply(grads, trainable_variables)
+
+        def _apply_between_reads(apply, grads, trainable_variables, dense):
+            # The weights read before the update keep their values (TensorFlow copies a variable's
+            # buffer on write while a read of it is alive); the reads after it see the new ones.
+            variables = list(trainable_variables or model.trainable_variables)
+            scale = _loss_scale(optimizer, trainable_variables)
+            # `v.value` is the tf.Variable itself (read where it is used): convert_to_tensor reads it now.
+            before = [tf.convert_to_tensor(v.value) for v in variables]
+            result = apply(grads, trainable_variables)
+            after = [tf.convert_to_tensor(v.value) for v in variables]
+            metric.update_state(norms_fn(dense, scale, before, after))
+            return result
 
         optimizer.apply = capturing_apply
         try:

@@ -24,8 +24,8 @@ from gradkit.backend._common import (  # noqa: F401
 from gradkit.backend._common import set_random_seed as _set_keras_seed
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
 from gradkit.backend._torch_modules import stateless_call  # noqa: F401
-from gradkit.backend._torch_trace import Traced, compile_forward, flatten  # noqa: F401
-from gradkit.backend._torch_trace import signature as _signature
+from gradkit.backend._torch_stats import weight_stats as _weight_stats
+from gradkit.backend._torch_trace import Traced, compile_forward, flatten, signature  # noqa: F401
 from gradkit.errors import DisconnectedGradientError
 
 ROW_QUANTUM = 32  # rows of a call are padded to a multiple of this (a new trace costs milliseconds here)
@@ -94,7 +94,7 @@ def compile_grad(fn, wrt, per_output=False, has_aux=False):
         else:
             target = trainable
         flat = tree.flatten(target)
-        key = _signature(x, y, sample_weight)
+        key = signature(x, y, sample_weight)
         call.trace_count += key not in traced
         with torch.enable_grad():
             out = traced(key, trainable, non_trainable, x, y, sample_weight)
@@ -154,6 +154,22 @@ def _rows(matrix):
     return rows
 
 
+def _on_host():  # where the in-step values are summed on the host (see `group_norms`)
+    return _HOST_ON_CPU and str(_keras_internals.torch_device()) == "cpu"
+
+
+def weight_stats(grads, before, after, columns, shapes, clip=None):
+    """The per-weight statistics (`_torch_stats`): a float64 numpy table on the CPU, else a tensor."""
+    return _weight_stats(grads, before, after, columns, shapes, clip, host=_on_host())
+
+
+def cond(predicate, true_fn, size):
+    """`true_fn()` if `predicate` (a Python bool: the step runs eagerly), else `size` zeros."""
+    if predicate:
+        return true_fn()
+    return [0.0] * size if _on_host() else torch.zeros(size, device=_keras_internals.torch_device())
+
+
 def assign_add(variable, value):
     """`variable += value` in place: `KerasVariable.assign` costs 20-30 us of checks per call."""
     with torch.no_grad():
@@ -182,11 +198,23 @@ def wrap_train_step(model, metric, norms_fn):
         def capturing_apply(grads, trainable_variables=None):
             grads = list(grads)
             scale = _loss_scale(optimizer, trainable_variables)  # before the update changes it
+            if getattr(norms_fn, "needs_weights", False):
+                return _apply_between_reads(apply, grads, trainable_variables, scale)
             result = apply(grads, trainable_variables)
             # The norms after the update, which has just read the gradients: they are in the cache
             # then (measured 15% cheaper). Keras' optimizers write only variables, never gradients.
             with torch.no_grad():
                 metric.update_state(norms_fn(grads, scale))  # before the step's compute_metrics
+            return result
+
+        def _apply_between_reads(apply, grads, trainable_variables, scale):
+            variables = list(trainable_variables or model.trainable_variables)
+            taken = norms_fn.sampled()  # the update writes the weights in place: copies keep them
+            before = [v.value.detach().clone() for v in variables] if taken else None
+            result = apply(grads, trainable_variables)
+            after = [v.value.detach() for v in variables] if taken else None
+            with torch.no_grad():
+                metric.update_state(norms_fn(grads, scale, before, after))
             return result
 
         # Not through the optimizer's __setattr__: its tracker would run in every step.

@@ -4,36 +4,51 @@ import keras
 import numpy as np
 
 from gradkit import _checks, _keras_internals
-from gradkit.monitor._tracking import inner_optimizer, track_gradient_norm, tracked_metric
+from gradkit.monitor._groups import check_every_n_steps, check_include
+from gradkit.monitor._tracking import (
+    inner_optimizer,
+    track_gradient_norm,
+    tracked_metric,
+    untrack_gradient_norm,
+)
 
 
 class GradientNormCallback(keras.callbacks.Callback):
-    """Logs `grad_norm` during `fit` from the step's own gradients and keeps the value of every step.
+    """Logs `grad_norm` (and the diagnostics of `include`) during `fit` from the step's own tensors, and
+    keeps the value of every recorded step.
 
     On `set_model` (before `fit` builds its training function) it calls `track_gradient_norm`, so
-    `grad_norm` (epoch mean of the step values, see the `gradkit.monitor` docstring) reaches the
-    progress bar, `History`, `CSVLogger` and TensorBoard. It also keeps the value of each step,
-    recovered in float64 from the running means in the batch logs: step n's value is
-    n * mean_n - (n - 1) * mean_(n-1). The means are float32 (float64 on PyTorch's CPU), so a value's
+    `grad_norm` and the other keys (epoch mean of the step values, see the `gradkit.monitor`
+    docstring) reach the progress bar, `History`, `CSVLogger` and TensorBoard. It also keeps the value
+    of each recorded step, recovered in float64 from the running means in the batch logs: step n's
+    value is n * mean_n - (n - 1) * mean_(n-1). The means are float32 (float64 on PyTorch's CPU), so a value's
     error grows with its step index n within the epoch, to about 2e-7 * n * mean_n (1e-5 of the mean at
     step 50, 2e-4 at step 1000; in float64, 1e-16 * n * mean_n); after a NaN or inf step, the rest of
     the epoch's step values are NaN (its epoch mean is NaN/inf anyway). With `steps_per_execution=k`,
     one value per k steps: their mean. Nothing is read from the model during the epoch, so the callback
     is `async_safe` and keeps Keras' asynchronous callback dispatch on.
-    One instance may serve several `fit` calls: values accumulate. The tracking stays installed after
-    `fit` (later `fit`, `train_on_batch` and `evaluate` calls reuse the compiled step, with
-    `grad_norm` in their training logs); `gradkit.untrack_gradient_norm(model)` removes it.
+    One instance may serve several `fit` calls: values accumulate. When training ends the model is
+    left as the callback found it: untracked, or tracked as it was before (`track_gradient_norm`).
+    Each `fit` with the callback therefore builds its training function anew (one trace on TensorFlow
+    and JAX); to train one model in many short `fit` calls, `track_gradient_norm` it once instead.
 
     Args:
-        per_layer: also log `"grad_norm/<layer name>"` per top-level layer. Defaults to False.
+        per_layer: also log `"<key>/<layer name>"` per top-level layer. Defaults to False.
+        include: the groups of keys, as in `track_gradient_norm` ("norm", "clipped", "params",
+            "updates", "health", or "all"). Defaults to ("norm",).
+        every_n_steps: int >= 1, record every n-th applied update only. Defaults to 1.
 
     Attributes:
         epochs: list of int, the epoch index (as `fit` counts it) of each recorded epoch.
         steps: dict `{log key: [[step values of epoch 0], [epoch 1], ...]}`, Python floats, one inner
-            list per entry of `epochs` (steps that update no weights are left out).
+            list per entry of `epochs` (steps that update no weights, or that `every_n_steps` skips,
+            are left out).
 
     Raises:
-        TypeError: `per_layer` is not a bool.
+        TypeError: `per_layer` is not a bool; `include` is not a string or a list of strings;
+            `every_n_steps` is not an int.
+        ValueError: an unknown group in `include`; `every_n_steps < 1`; (when `fit` starts)
+            `per_layer=True` on a model without a trainable top-level layer.
 
     References:
         Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent neural networks",
@@ -47,23 +62,35 @@ class GradientNormCallback(keras.callbacks.Callback):
 
     async_safe = True  # on_train_batch_end reads only its own logs
 
-    def __init__(self, per_layer=False):
+    def __init__(self, per_layer=False, include=("norm",), every_n_steps=1):
         super().__init__()
         self.per_layer = _checks.check_flag(per_layer, "per_layer")
+        self.include = check_include(include)
+        self.every_n_steps = check_every_n_steps(every_n_steps)
         self.epochs, self.steps = [], {}
-        self._means, self._names = {}, []
+        self._means, self._names, self._previous = {}, [], None
 
     def set_model(self, model):
         super().set_model(model)
-        track_gradient_norm(model, per_layer=self.per_layer)
+        metric = tracked_metric(model)
+        self._previous = dict(metric.config) if metric is not None else None
+        track_gradient_norm(
+            model, per_layer=self.per_layer, include=self.include, every_n_steps=self.every_n_steps
+        )
+
+    def on_train_end(self, logs=None):
+        if self._previous is None:
+            untrack_gradient_norm(self.model)
+        else:
+            track_gradient_norm(self.model, **self._previous)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._means, self._names = {}, tracked_metric(self.model).names
         optimizer = inner_optimizer(self.model.optimizer)
-        self._accumulate = int(getattr(optimizer, "gradient_accumulation_steps", None) or 0)
-        if self._accumulate:  # optimizer steps before this epoch, to know which steps apply an update
-            iterations = _keras_internals.optimizer_iterations(optimizer)
-            self._start = int(keras.ops.convert_to_numpy(iterations.value))
+        self._accumulate = int(getattr(optimizer, "gradient_accumulation_steps", None) or 1)
+        # Optimizer steps before this epoch, to know which steps are recorded.
+        iterations = _keras_internals.optimizer_iterations(optimizer)
+        self._start = int(keras.ops.convert_to_numpy(iterations.value))
 
     def on_train_batch_end(self, batch, logs=None):
         # May run in a worker thread, after later steps: keep only this step's logs, keyed by step, and
@@ -72,9 +99,10 @@ class GradientNormCallback(keras.callbacks.Callback):
         self._means[batch] = [logs.get(name, np.nan) for name in self._names]
 
     def _counted(self, steps):
-        if not self._accumulate:
-            return steps
-        return (self._start + steps) // self._accumulate - self._start // self._accumulate
+        """The number of recorded steps among the epoch's first `steps` (see `_tracking.sampled`)."""
+        k, n = self._accumulate, self.every_n_steps
+        first, last = self._start // k, (self._start + steps) // k  # updates applied before, after
+        return (last + n - 1) // n - (first + n - 1) // n
 
     def on_epoch_end(self, epoch, logs=None):
         rows, done, previous = [], 0, None

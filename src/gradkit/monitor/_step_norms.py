@@ -70,13 +70,15 @@ class NormValues:
 
 
 class GradientNormMetric(keras.metrics.Metric):
-    """Running mean of per-step gradient norms: `update_state([norm_1, ..., norm_k, weight])`.
+    """Running mean of per-step values: `update_state([value_1, ..., value_k, weight])`.
 
-    `weight` is 1 for a step that counts; a step that does not (one that only accumulates gradients)
-    passes all zeros. `sums` holds the running sums of the norms and of the weights, so a step costs
-    one addition; `result()` is their ratio (0 before any counted step). Values the backend keeps on
-    the host (Python floats, PyTorch's CPU) are summed on the host by `backend.add_norms`, in float64,
-    and `result()` then gives Python floats.
+    `weight` is 1 for a step that counts; a step that does not (one that only accumulates gradients, or
+    one that `every_n_steps` skips) passes all zeros. `sums` holds the running sums of the values and of
+    the weights, so a step costs one addition; `result()` is their ratio. `last` holds the values of the
+    last counted step and survives `reset_state`: before any counted step since the reset, `result()`
+    is that step's values (NaN before any counted step at all), never a made-up 0. Values the backend
+    keeps on the host (Python floats, PyTorch's CPU) are summed on the host by `backend.add_norms`, in
+    float64, and `result()` then gives Python floats.
 
     Args:
         names: list of k log keys (`"grad_norm"`, then `"grad_norm/<layer name>"`...).
@@ -87,22 +89,30 @@ class GradientNormMetric(keras.metrics.Metric):
         super().__init__(name=name, dtype="float32")
         self.names = list(names)
         self.sums = self.add_variable(shape=(len(self.names) + 1,), initializer="zeros", name="sums")
-        self._set_host_sums(None)  # the running sums of host values, once there are any
+        nan = keras.initializers.Constant(float("nan"))
+        self.last = self.add_variable(shape=(len(self.names),), initializer=nan, name="last")
+        self._set_host(None, None)  # the running sums and last values on the host, once there are any
 
-    def _set_host_sums(self, sums):
-        # Not through Metric.__setattr__: its tracker would wrap the list in a tracked list.
+    def _set_host(self, sums, last):
+        # Not through Metric.__setattr__: its tracker would wrap the lists in tracked lists.
         object.__setattr__(self, "_host_sums", sums)
+        object.__setattr__(self, "_host_last", last)
 
     def update_state(self, values):
-        """Adds one step's norm value (from `NormValues`, or a list of k + 1 floats)."""
-        self._set_host_sums(backend.add_norms(self.sums, self._host_sums, values))
+        """Adds one step's values (from `NormValues`, or a list of k + 1 floats)."""
+        if isinstance(values, list):
+            last = values[:-1] if values[-1] != 0 else self._host_last
+            self._set_host(backend.add_norms(self.sums, self._host_sums, values), last)
+            return
+        backend.add_norms(self.sums, None, values)
+        self.last.assign(keras.ops.where(values[-1] != 0, values[:-1], self.last.value))
 
     def reset_state(self):
-        super().reset_state()
-        self._set_host_sums(None)
+        self.sums.assign(keras.ops.zeros(self.sums.shape, "float32"))
+        self._set_host(None, self._host_last)
 
     def result(self):
-        return backend.norm_means(self.sums, self._host_sums, self.names)
+        return backend.norm_means(self.sums, self._host_sums, self.names, self.last, self._host_last)
 
     def result_names(self):
         return list(self.names)

@@ -7,8 +7,10 @@ applied update. The semantics of the logged value are in the `gradkit.monitor` d
 
 from gradkit import _checks, _keras_internals, backend
 from gradkit.gradients import check_model
-from gradkit.monitor._gradient_norm import layer_groups, norm_layers, result_names
+from gradkit.monitor._gradient_norm import layer_groups, norm_layers
+from gradkit.monitor._groups import check_every_n_steps, check_include, log_names, needs_weights
 from gradkit.monitor._step_norms import GradientNormMetric, NormValues
+from gradkit.monitor._step_stats import StepStatistics
 
 _ATTR = "_gradkit_grad_norm"
 
@@ -43,37 +45,46 @@ def untrack_gradient_norm(model):
     return model
 
 
-def _accumulation_state(model, args):
-    """Before a step, what the norm of an accumulated update needs: {steps, acc, iteration}, or {}."""
+def _step_state(model, args, every_n_steps):
+    """Before a step, what sampling and an accumulated update need: {steps, acc, iteration}, or {}."""
     optimizer = inner_optimizer(model.optimizer)
     steps = getattr(optimizer, "gradient_accumulation_steps", None)
-    if not steps:
+    if not steps and every_n_steps == 1:
         return {}
     state = {"steps": steps, "acc": None, "iteration": 0}  # unbuilt optimizer: nothing accumulated yet
-    accumulators = _keras_internals.accumulated_gradients(optimizer)
+    accumulators = _keras_internals.accumulated_gradients(optimizer) if steps else None
+    iterations = _keras_internals.optimizer_iterations(optimizer)
     if accumulators and len(accumulators) == len(model.trainable_variables):
-        iterations = _keras_internals.optimizer_iterations(optimizer)
         *acc, iteration = backend.values_before_step(model, args, [*accumulators, iterations])
         state.update(acc=acc, iteration=iteration)
+    elif optimizer.built or backend.NAME != "jax":  # the counter exists before the optimizer is built
+        # (JAX's step state holds it only once it is); a traced step must read it, not fix it at 0.
+        (state["iteration"],) = backend.values_before_step(model, args, [iterations])
+    if backend.EAGER:  # PyTorch decides on the host whether the step is sampled
+        state["iteration"] = int(state["iteration"])
     return state
 
 
-def _accumulated_norms(values_of, grads, scale, context):
-    """The norms of an accumulated update: zeros on the steps that only accumulate.
+def sampled(iteration, steps, every_n_steps):
+    """Whether the step after `iteration` optimizer iterations is recorded (int or integer tensor in,
+    bool or boolean tensor out): it applies an update (every `steps`-th step under gradient
+    accumulation, else every step) whose index among the updates is a multiple of `every_n_steps`."""
+    steps = steps or 1
+    return ((iteration + 1) % steps == 0) & (((iteration + 1) // steps - 1) % every_n_steps == 0)
 
-    The applied gradient is the mean of the `steps` accumulated ones (read before the step into
-    `context`), and only the step that applies it counts.
-    """
+
+def _applied_gradients(grads, scale, context):
+    """The gradient of an accumulated update: the mean of the `steps` accumulated ones (read before the
+    step into `context`) and this step's, unscaled."""
     n, acc = context["steps"], context["acc"] or [None] * len(grads)
     if scale is not None:
         grads = [g if g is None else g / scale for g in grads]
-    grads = [g if g is None else (g + (0.0 if a is None else a)) / n for g, a in zip(grads, acc)]
-    return backend.applied_norms(values_of(grads), context["iteration"], n)
+    return [g if g is None else (g + (0.0 if a is None else a)) / n for g, a in zip(grads, acc)]
 
 
-def _make_steps(model, metric, layers):
-    """The wrapped train/test steps; the train step first reads the state an accumulated update needs."""
-    context, cache = {}, {}
+def _norms_fn(model, layers, context):
+    """Today's `grad_norm` alone, every step: `NormValues` (zeros on steps that only accumulate)."""
+    cache = {}
 
     def norms_fn(grads, scale):
         if len(grads) not in cache:  # built at trace time (TF, JAX); once per model state (torch)
@@ -82,58 +93,118 @@ def _make_steps(model, metric, layers):
         values_of = cache[len(grads)]
         if not context.get("steps"):
             return values_of(grads, scale)
-        return _accumulated_norms(values_of, grads, scale, context)
+        grads = _applied_gradients(grads, scale, context)
+        return backend.applied_norms(values_of(grads), context["iteration"], context["steps"])
 
+    return norms_fn
+
+
+def _stats_fn(model, layers, context, groups, every_n_steps):
+    """Any groups, any `every_n_steps`: `StepStatistics` inside `backend.cond` on sampled steps."""
+    cache = {}
+
+    def stats_fn(grads, scale, before=None, after=None):
+        optimizer = inner_optimizer(model.optimizer)
+        key = (len(grads), id(optimizer))
+        if key not in cache:  # built at trace time (TF, JAX); once per model state (torch)
+            cache.clear()
+            shapes = [v.shape for v in model.trainable_variables]
+            cache[key] = StepStatistics(groups, layer_groups(model, layers), shapes, optimizer)
+        stats = cache[key]
+
+        def compute():
+            if context.get("steps"):
+                return stats(_applied_gradients(grads, scale, context), None, before, after)
+            return stats(grads, scale, before, after)
+
+        if "iteration" not in context:
+            return compute()
+        return backend.cond(stats_fn.sampled(), compute, stats.size)
+
+    def is_sampled():
+        if "iteration" not in context:
+            return True
+        return sampled(context["iteration"], context["steps"], every_n_steps)
+
+    stats_fn.needs_weights, stats_fn.sampled = needs_weights(groups), is_sampled
+    return stats_fn
+
+
+def _make_steps(model, metric, layers, groups, every_n_steps):
+    """The wrapped train/test steps; the train step first reads the state sampling and an accumulated
+    update need."""
+    context = {}
+    if groups == ("norm",) and every_n_steps == 1:
+        norms_fn = _norms_fn(model, layers, context)
+    else:
+        norms_fn = _stats_fn(model, layers, context, groups, every_n_steps)
     wrapped_train, test_step = backend.wrap_train_step(model, metric, norms_fn)
 
     def train_step(*args):  # the backend's step arguments, handed back to it unread
         context.clear()
-        context.update(_accumulation_state(model, args))
+        context.update(_step_state(model, args, every_n_steps))
         return wrapped_train(*args)
 
     train_step._gradkit = metric
     return train_step, test_step
 
 
-def track_gradient_norm(model, per_layer=False):
-    """Makes `model`'s training step log `grad_norm` (semantics in the `gradkit.monitor` docstring).
+def track_gradient_norm(model, per_layer=False, include=("norm",), every_n_steps=1):
+    """Makes `model`'s training step log `grad_norm` and the other diagnostics of `include`.
 
-    Idempotent: calling it again with the same `per_layer` changes nothing; with another value the
+    The keys, their definitions and the semantics of the logged values are in the `gradkit.monitor`
+    docstring. Idempotent: calling it again with the same arguments changes nothing; with others the
     metric is replaced. Survives `compile()` (the step functions are rebuilt on the next `fit`). The
-    layers of the per-layer norms are fixed now: track again after changing which layers are trainable.
+    layers of the per-layer values are fixed now: track again after changing which layers are
+    trainable.
 
     Args:
         model: a `keras.Model`; built when `per_layer=True` (call it on data, or give it an Input).
-        per_layer: also log `"grad_norm/<layer name>"` for each top-level layer with trainable
-            weights. Defaults to False.
+        per_layer: also log `"<key>/<layer name>"` for each top-level layer with trainable weights.
+            Defaults to False.
+        include: a group name or a list of them among "norm" (`grad_norm`), "clipped"
+            (`grad_norm_clipped`, `clip_fraction`), "params" (`param_norm`), "updates" (`update_norm`,
+            `update_ratio`), "health" (`grad_max`, `grad_nonfinite`, `grad_zero_fraction`), or "all".
+            Defaults to ("norm",).
+        every_n_steps: int >= 1, record the values of every n-th applied update only (the first, the
+            (n+1)-th, ...; counted by the optimizer's iterations, across `fit` calls); the other steps
+            skip the computation (a traced conditional). Defaults to 1.
 
     Returns:
         The model.
 
     Raises:
-        TypeError: `model` is not a `keras.Model`; `per_layer` is not a bool.
-        ValueError: `per_layer=True` on an unbuilt model.
+        TypeError: `model` is not a `keras.Model`; `per_layer` is not a bool; `include` is not a
+            string or a list of strings; `every_n_steps` is not an int.
+        ValueError: `per_layer=True` on an unbuilt model or on one without a trainable layer; an
+            unknown group in `include`; `every_n_steps < 1`.
 
     Example:
-        >>> gradkit.track_gradient_norm(model)                                 # doctest: +SKIP
-        >>> model.train_on_batch(x, y, return_dict=True)["grad_norm"]          # doctest: +SKIP
-        0.8314
+        >>> gradkit.track_gradient_norm(model, include=("norm", "updates"))     # doctest: +SKIP
+        >>> logs = model.train_on_batch(x, y, return_dict=True)                 # doctest: +SKIP
+        >>> logs["grad_norm"], logs["update_ratio"]                             # doctest: +SKIP
+        (0.8314, 0.0012)
     """
     check_model(model)
     per_layer = _checks.check_flag(per_layer, "per_layer")
+    groups, every_n_steps = check_include(include), check_every_n_steps(every_n_steps)
     if per_layer and not model.built:
         expected = "a built model when per_layer=True (call it on a batch or start it with keras.Input)"
         _checks.fail("model", expected, model)
     layers = norm_layers(model) if per_layer else []
-    names = result_names(layers)
+    if per_layer and not layers:
+        _checks.fail("per_layer", "False for a model without a trainable top-level layer", per_layer)
+    names = log_names(groups, [layer.name for layer in layers])
+    config = {"per_layer": per_layer, "include": groups, "every_n_steps": every_n_steps}
     metric = tracked_metric(model)
     installed = getattr(vars(model).get("train_step"), "_gradkit", None)
-    if metric is not None and installed is metric and metric.names == names:
+    if metric is not None and installed is metric and metric.config == config:
         return model
     untrack_gradient_norm(model)
     metric = GradientNormMetric(names)
+    object.__setattr__(metric, "config", config)  # not a tracked attribute
     _keras_internals.set_tracked_attribute(model, _ATTR, metric)
-    model.train_step, model.test_step = _make_steps(model, metric, layers)
+    model.train_step, model.test_step = _make_steps(model, metric, layers, groups, every_n_steps)
     model.train_function = None
     model.test_function = None
     return model

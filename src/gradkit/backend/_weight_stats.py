@@ -1,0 +1,58 @@
+"""Per-weight statistics of a training step, for the diagnostics of `gradkit.monitor` (TF and JAX).
+
+`weight_stats(grads, before, after, columns, shapes, clip)` gives a float32 tensor `(n, len(columns))`:
+for each of the n trainable weights, the statistics named in `columns` (`gradkit.monitor._groups.COLUMNS`):
+
+- "sq": |g|^2, "clip_sq": |clip(g, -clip, clip)|^2, "max": max |g|, "nonfinite": the count of NaN and
+  inf entries of g, "zeros": the count of exact zeros of g (gradients as given: loss scale not removed);
+- "param_sq": |w|^2 of the weight before the step, "update_sq": |w_after - w_before|^2.
+
+A None gradient counts as a zero tensor of its weight's shape (`shapes`). TensorFlow and JAX trace this
+into the step (`keras.ops` costs nothing per step there); PyTorch has its own (`_torch_stats.py`).
+"""
+
+import keras
+from keras import ops
+
+
+def stats_builder(squared_norm, total=ops.sum):
+    """`weight_stats` built on the backend's fastest `squared_norm(t)` and `total(t)` (sum of a float32
+    tensor), both to a scalar float32. The count of non-finite entries is taken only where the squared
+    norm is not finite (a conditional: no pass over a finite gradient)."""
+
+    def nonfinite(g, sq):
+        count = lambda: total(ops.cast(ops.logical_not(ops.isfinite(g)), "float32"))  # noqa: E731
+        return ops.cond(ops.isfinite(sq), lambda: ops.zeros((), "float32"), count)
+
+    def one(g, w0, w1, columns, clip, shape):
+        g = ops.zeros(shape, "float32") if g is None else ops.cast(g, "float32")
+        row = []
+        for column in columns:
+            if column == "param_sq":
+                row.append(squared_norm(ops.cast(w0, "float32")))
+            elif column == "update_sq":
+                row.append(squared_norm(ops.cast(w1, "float32") - ops.cast(w0, "float32")))
+            elif column == "sq":
+                row.append(squared_norm(g))
+            elif column == "clip_sq":
+                row.append(squared_norm(ops.clip(g, -clip, clip)))
+            elif column == "max":
+                row.append(ops.max(ops.abs(g)))
+            elif column == "nonfinite":
+                row.append(nonfinite(g, row[columns.index("sq")]))
+            else:  # "zeros"
+                row.append(total(ops.cast(ops.equal(g, 0.0), "float32")))
+        return ops.stack(row)
+
+    def weight_stats(grads, before, after, columns, shapes, clip=None):
+        before = before or [None] * len(grads)
+        after = after or [None] * len(grads)
+        rows = zip(grads, before, after, shapes)
+        return ops.stack([one(g, b, a, columns, clip, s) for g, b, a, s in rows])
+
+    return weight_stats
+
+
+def cond(predicate, true_fn, size):
+    """`true_fn()` (a float32 vector of `size`) where `predicate` holds, else zeros; only one branch runs."""
+    return keras.ops.cond(predicate, true_fn, lambda: keras.ops.zeros((size,), "float32"))

@@ -1,0 +1,81 @@
+"""The groups of training diagnostics: which log keys each group adds and what each key needs per weight.
+
+A group is a name the user passes in `include=`; each of its keys is logged globally and, with
+`per_layer=True`, as `"<key>/<layer name>"` (TensorBoard then shows one panel per key). A key is
+computed in the step from per-weight statistics (the `COLUMNS` of `gradkit.backend.weight_stats`):
+
+| group     | keys                                              | per-weight statistics              |
+|-----------|---------------------------------------------------|------------------------------------|
+| "norm"    | grad_norm                                         | sq                                 |
+| "clipped" | grad_norm_clipped, clip_fraction                  | sq (+ clip_sq, max with clipvalue) |
+| "params"  | param_norm                                        | param_sq                           |
+| "updates" | update_norm, update_ratio                         | update_sq, param_sq                |
+| "health"  | grad_max, grad_nonfinite, grad_zero_fraction      | sq, max, nonfinite, zeros          |
+"""
+
+from gradkit import _checks
+
+GROUPS = {
+    "norm": ("grad_norm",),
+    "clipped": ("grad_norm_clipped", "clip_fraction"),
+    "params": ("param_norm",),
+    "updates": ("update_norm", "update_ratio"),
+    "health": ("grad_max", "grad_nonfinite", "grad_zero_fraction"),
+}
+# The order of the per-weight statistics (columns of `gradkit.backend.weight_stats`).
+COLUMNS = ("sq", "clip_sq", "max", "nonfinite", "zeros", "param_sq", "update_sq")
+_NEEDS = {
+    "norm": {"sq"},
+    "clipped": {"sq"},
+    "params": {"param_sq"},
+    "updates": {"update_sq", "param_sq"},
+    "health": {"sq", "max", "nonfinite", "zeros"},  # "sq": the count of non-finite entries runs only
+    # where the squared norm is not finite
+}
+
+
+def check_include(include):
+    """`include` as a tuple of group names in `GROUPS` order ("all": every group).
+
+    Raises:
+        TypeError: `include` is not a string or a list/tuple of strings.
+        ValueError: an unknown group name, or an empty list.
+    """
+    expected = "a group name or a list of them among " + ", ".join(repr(g) for g in (*GROUPS, "all"))
+    names = [include] if isinstance(include, str) else include
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        _checks.fail("include", expected, include, TypeError)
+    if not names or any(n not in GROUPS and n != "all" for n in names):
+        _checks.fail("include", expected, include)
+    if "all" in names:
+        return tuple(GROUPS)
+    return tuple(group for group in GROUPS if group in names)
+
+
+def check_every_n_steps(every_n_steps):
+    """`every_n_steps` as an int >= 1."""
+    return _checks.check_int(every_n_steps, "every_n_steps", minimum=1)
+
+
+def keys(groups):
+    """The log keys of `groups`, in group order."""
+    return [key for group in groups for key in GROUPS[group]]
+
+
+def log_names(groups, layer_names):
+    """The log keys, key-major: `key`, then `key/<layer>` for each layer, for each key of `groups`."""
+    return [name for key in keys(groups) for name in (key, *(f"{key}/{layer}" for layer in layer_names))]
+
+
+def columns(groups, clipvalue):
+    """The per-weight statistics `groups` need, in `COLUMNS` order (the clip of `clipvalue` needs the
+    elementwise clipped squares and the max of each gradient)."""
+    needed = set().union(*(_NEEDS[group] for group in groups))
+    if "clipped" in groups and clipvalue:
+        needed |= {"clip_sq", "max"}
+    return tuple(column for column in COLUMNS if column in needed)
+
+
+def needs_weights(groups):
+    """Whether the weights before and after the step are read ("params", "updates")."""
+    return "params" in groups or "updates" in groups
