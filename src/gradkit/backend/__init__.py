@@ -41,8 +41,8 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   the training step `model.train_step(*args)` runs (the step's arguments are opaque to the caller).
 - `wrap_train_step(model, metric, norms_fn)`: `(train_step, test_step)` that record the norms of the
   gradients the training step applies into `metric` (see `gradkit.monitor`).
-- `input_ascent(model, loss_of, x, update, steps, call_kwargs)`: the inner attack of adversarial
-  training, run inside the training step: `steps` times `x <- update(x, grad_x loss_of(model(x)))`,
+- `input_ascent(forward, loss_of, x, update, steps)`: the inner attack of adversarial
+  training, run inside the training step: `steps` times `x <- update(x, grad_x loss_of(forward(x)))`,
   the gradient w.r.t. `x` alone, the result cut from the outer gradient (`gradkit.training`).
 - `to_tensor(array)` and `to_numpy(tensor)`: `keras.ops.convert_to_tensor` / `convert_to_numpy` for
   numpy arrays of a fixed dtype, without Keras' per-call dtype checks where they cost (PyTorch).

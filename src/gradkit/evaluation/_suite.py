@@ -7,6 +7,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from gradkit import attacks as registry
+from gradkit.errors import DisconnectedGradientError
 from gradkit.evaluation import _flags, _plan, _state
 from gradkit.evaluation._result import Evaluation
 from gradkit.gradients import as_ensemble, member_gradient_norms, predict_batched
@@ -183,13 +184,17 @@ def _confirm(model, x_adv, y_rows, hit, config, state):
 def _run(model, x, labels, entry, config, state):
     """Runs `entry` on the points still robust, in chunks of `batch_size`, and records it in `state`."""
     todo = np.flatnonzero(state.robust)
-    before, t0, broken = (state.n_forwards, state.n_gradients), time.perf_counter(), 0
+    before, t0, broken, disconnected = (state.n_forwards, state.n_gradients), time.perf_counter(), 0, False
     step = config.batch_size or max(len(todo), 1)
     with tqdm(total=len(todo), desc=entry.name, disable=config.verbose == 0, leave=True) as bar:
         for k, start in enumerate(range(0, len(todo), step)):
             rows = todo[start : start + step]
             seed = None if config.seed is None else config.seed + k
-            x_adv, hit, zero = _attack(model, x[rows], labels[rows], entry, config, seed, state)
+            try:
+                x_adv, hit, zero = _attack(model, x[rows], labels[rows], entry, config, seed, state)
+            except DisconnectedGradientError:  # a gradient attack on a non-differentiable model: flagged
+                x_adv, hit, zero = x[rows], np.zeros(len(rows), bool), np.ones(len(rows), bool)
+                disconnected = True
             state.x_adv[rows] = x_adv
             state.robust[rows[hit]] = False
             for i in rows[hit]:
@@ -208,6 +213,7 @@ def _run(model, x, labels, entry, config, state):
         "n_forwards": state.n_forwards - before[0],
         "n_gradients": state.n_gradients - before[1],
         "seconds": time.perf_counter() - t0,
+        "no_gradient": disconnected,
     }
 
 
@@ -216,6 +222,7 @@ def _result(model, state, config, shares=None):
     weights = as_ensemble(model).weights if registry.is_ensemble(model) else ()
     found = [
         _flags.zero_gradient(state.zero_gradient),
+        _flags.no_gradient(state.per_attack),
         _flags.probabilities(state.from_probabilities),
         _flags.randomized(state.randomized),
         _flags.unconfirmed(state.unconfirmed),

@@ -15,9 +15,9 @@ from gradkit import _checks, backend
 from gradkit.gradients import _objectives
 from gradkit.gradients._batches import batches, padded_size, take
 from gradkit.gradients._cache import compiled
+from gradkit.gradients._decision import outputs_are_logits
 from gradkit.gradients._ensemble import as_ensemble, weighted_vote
-from gradkit.gradients._logits import activation_name, is_opaque, logits_model, output_layer
-from gradkit.gradients._losses import resolve_loss
+from gradkit.gradients._logits import logits_model
 from gradkit.gradients._model_io import training_kwargs
 from gradkit.gradients._outputs import output_index, output_key, select_output
 
@@ -25,18 +25,13 @@ from gradkit.gradients._outputs import output_index, output_key, select_output
 def member_forward(member, index):
     """`(model, is_logits)`: the member with its final softmax/sigmoid removed where that is possible.
 
-    A compiled `from_logits=True` loss, or an output layer with no softmax/sigmoid, means logits. A
-    model whose softmax cannot be removed (subclassed) gives probabilities, turned into log-probabilities.
+    Outputs are read as logits or probabilities by `outputs_are_logits` (the rule every prediction in
+    gradkit uses); probabilities whose softmax/sigmoid cannot be removed (subclassed models) are turned
+    into log-probabilities by `as_logits`.
     """
-    spec = resolve_loss(None, member, index) if getattr(member, "loss", None) else None
-    if spec is not None and spec.from_logits:
+    if outputs_are_logits(member, index):
         return member, True
-    layer = output_layer(member, index)
-    if layer is not None and activation_name(layer) in ("softmax", "sigmoid"):
-        return logits_model(member, index)
-    if layer is None or is_opaque(layer):  # subclassed, Lambda, custom layer: only the compiled loss can tell
-        return member, not (spec is not None and spec.is_classification)
-    return member, True
+    return logits_model(member, index)
 
 
 class AttackGradient:

@@ -6,7 +6,7 @@ from keras import tree
 
 from gradkit import _checks
 from gradkit.gradients._batches import predict_batched
-from gradkit.gradients._losses import resolve_loss
+from gradkit.gradients._decision import check_readable, outputs_are_logits
 from gradkit.gradients._model_io import check_model
 from gradkit.gradients._outputs import output_index, output_key, select_output
 
@@ -84,16 +84,16 @@ class WeightedEnsemble:
     def _member_proba(self, model, x, batch_size, output=None, from_logits=None):
         """Class probabilities `(n, n_classes)` float64 of one member's `output`.
 
-        `from_logits` None: taken from the loss the member was compiled with (False when it has none).
+        `from_logits` None: read by `outputs_are_logits` (the compiled loss, else the output layer).
         """
         index = output_index(model, output)
         out = predict_batched(model, x, batch_size)
         out = np.asarray(select_output(out, output_key(model, index)), dtype=np.float64)
         out = out.reshape(len(out), -1)
         if from_logits is None:
-            spec = resolve_loss(None, model, output) if getattr(model, "loss", None) else None
-            from_logits = spec is not None and spec.from_logits
-        if out.shape[-1] == 1:  # one sigmoid unit: P(class 1)
+            check_readable(model, index, out.shape)
+            from_logits = outputs_are_logits(model, index)
+        if out.shape[-1] == 1:  # one sigmoid unit: P(class 1), class 1 when > 0.5 (see `_decision`)
             p = 1.0 / (1.0 + np.exp(-out)) if from_logits else out
             return np.concatenate([1.0 - p, p], axis=-1)
         if from_logits:
