@@ -26,9 +26,9 @@ from gradkit.gradients._losses import check_attack_loss
 from gradkit.gradients._losses import resolve_loss
 from gradkit.gradients._model_io import check_model
 from gradkit.gradients._model_io import check_x
-from gradkit.gradients._model_io import n_outputs
-from gradkit.gradients._model_io import output_index
-from gradkit.gradients._model_io import select_output
+from gradkit.gradients._outputs import n_outputs
+from gradkit.gradients._outputs import output_index
+from gradkit.gradients._outputs import select_output
 from gradkit.gradients._model_io import training_kwargs
 from gradkit.gradients._weight_gradient import WeightGradient
 from gradkit.gradients._weight_gradient import weight_gradients

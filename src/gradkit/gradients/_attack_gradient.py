@@ -18,7 +18,8 @@ from gradkit.gradients._cache import compiled
 from gradkit.gradients._decision import outputs_are_logits
 from gradkit.gradients._ensemble import as_ensemble, weighted_vote
 from gradkit.gradients._logits import logits_model
-from gradkit.gradients._model_io import output_index, output_key, select_output, training_kwargs
+from gradkit.gradients._model_io import training_kwargs
+from gradkit.gradients._outputs import output_index, output_key, select_output
 
 
 def member_forward(member, index):

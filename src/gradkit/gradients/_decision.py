@@ -15,7 +15,7 @@ import numpy as np
 from gradkit.gradients._batches import predict_batched
 from gradkit.gradients._logits import activation_name, is_opaque, output_layer
 from gradkit.gradients._losses import resolve_loss
-from gradkit.gradients._model_io import output_index, output_key, select_output
+from gradkit.gradients._outputs import output_index, output_key, select_output
 
 
 def compiled_spec(model, index):

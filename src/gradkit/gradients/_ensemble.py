@@ -7,7 +7,8 @@ from keras import tree
 from gradkit import _checks
 from gradkit.gradients._batches import predict_batched
 from gradkit.gradients._decision import check_readable, outputs_are_logits
-from gradkit.gradients._model_io import check_model, output_index, output_key, select_output
+from gradkit.gradients._model_io import check_model
+from gradkit.gradients._outputs import output_index, output_key, select_output
 
 
 def _shapes(tensors):

@@ -18,14 +18,8 @@ from gradkit.gradients._ensemble import as_ensemble, normalize_and_weight
 from gradkit.gradients._labels import check_labels, check_sample_weight
 from gradkit.gradients._logits import classifier_forward
 from gradkit.gradients._losses import attack_per_sample, loss_scale, resolve_loss, unscaled
-from gradkit.gradients._model_io import (
-    check_x,
-    n_outputs,
-    output_index,
-    output_key,
-    select_output,
-    training_kwargs,
-)
+from gradkit.gradients._model_io import check_x, training_kwargs
+from gradkit.gradients._outputs import n_outputs, output_index, output_key, select_output
 
 
 class InputGradient:

@@ -31,7 +31,7 @@ import keras
 import numpy as np
 from keras import tree
 
-from gradkit.gradients._model_io import output_index, output_names
+from gradkit.gradients._outputs import output_index, output_names
 
 _KINDS = (
     (keras.losses.sparse_categorical_crossentropy, "sparse"),

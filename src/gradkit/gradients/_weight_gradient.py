@@ -7,16 +7,8 @@ from gradkit import _checks, _keras_internals, backend
 from gradkit.gradients._cache import cached, compiled, split_of, variable_split
 from gradkit.gradients._labels import check_labels, check_sample_weight, labels_for_loss
 from gradkit.gradients._losses import keras_reduced, loss_scale, resolve_loss, unscaled
-from gradkit.gradients._model_io import (
-    check_model,
-    check_x,
-    n_outputs,
-    output_index,
-    output_key,
-    output_names,
-    select_output,
-    training_kwargs,
-)
+from gradkit.gradients._model_io import check_model, check_x, training_kwargs
+from gradkit.gradients._outputs import n_outputs, output_index, output_key, output_names, select_output
 
 
 class WeightGradient:
