@@ -17,7 +17,9 @@ from gradkit._io import write_atomic
 SIZE = (6.4, 4.0)  # inches
 DPI = 100  # so images are 640 x 400 pixels
 _KEYS = ("model", "attack", "eps", "accuracy")
-_STYLES = ("o-", "s--", "^:", "d-.")
+ROBUSTNESS_SIZE = (9.6, 4.8)  # inches: 960 x 480 pixels, room for the legends right of the axes
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_LINES = ("--", ":", "-.", (0, (5, 1, 1, 1)))
 
 
 def _check(path, title):
@@ -207,44 +209,107 @@ def _check_results(results):
     return groups
 
 
-def plot_robustness(results, path, *, title=None, xlabel=None, bold="worst_case"):
-    """Writes a PNG of accuracy vs attack strength: one line per (model, attack).
+def _bands(results, groups):
+    """{(model, attack): {eps: (low, high)}} from the rows' "ci_low"/"ci_high" where every row has both."""
+    if not all("ci_low" in row and "ci_high" in row for row in results):
+        return {}
+    bands = {}
+    for i, row in enumerate(results):
+        low, high = row["ci_low"], row["ci_high"]
+        if not (isinstance(low, numbers.Real) and isinstance(high, numbers.Real) and 0 <= low <= high <= 1):
+            raise ValueError(
+                f"`results[{i}]` needs 0 <= ci_low <= ci_high <= 1. Received: ci_low={low}, ci_high={high}"
+            )
+        bands.setdefault((str(row["model"]), str(row["attack"])), {})[float(row["eps"])] = (low, high)
+    return bands
+
+
+def _legends(ax, models, attacks, bold):
+    """Two legends right of the axes: colour and marker = model, line = attack."""
+    from matplotlib.lines import Line2D
+
+    by_model = [Line2D([], [], color=f"C{i % 10}", marker=_MARKERS[i % len(_MARKERS)], linestyle="",
+                       label=m) for i, m in enumerate(models)]  # fmt: skip
+    by_attack = [Line2D([], [], color="0.3", linewidth=3 if a == bold else 1.2,
+                        linestyle=_line(a, attacks, bold), label="worst case" if a == "worst_case" else a)
+                 for a in attacks]  # fmt: skip
+    first = ax.legend(handles=by_model, title="model", fontsize="small", loc="upper left",
+                      bbox_to_anchor=(1.02, 1.0), borderaxespad=0)  # fmt: skip
+    ax.add_artist(first)
+    ax.legend(handles=by_attack, title="attack", fontsize="small", loc="lower left",
+              bbox_to_anchor=(1.02, 0.0), borderaxespad=0)  # fmt: skip
+
+
+def _line(attack, attacks, bold):
+    others = [a for a in attacks if a != bold]
+    return "-" if attack == bold else _LINES[others.index(attack) % len(_LINES)]
+
+
+def plot_robustness(results, path, *, title=None, xlabel=None, bold="worst_case", caption=None):
+    """Writes a PNG of accuracy vs attack strength: one line per (model, attack), with 95% bands.
+
+    Colour and marker name the model, the line style the attack (legends right of the axes, off the
+    data). Lines are shifted sideways by a small step each (at most 2% of the eps range), so curves
+    with equal values (every attack at eps 0, two models with the same accuracy) all stay visible.
 
     Args:
         results: non-empty list of dicts `{"model": str, "attack": str, "eps": float >= 0,
-            "accuracy": float in [0, 1]}` (extra keys are ignored); at most one entry per
-            (model, attack, eps). Points of a line are sorted by eps.
+            "accuracy": float in [0, 1]}`, optionally with "ci_low" and "ci_high" (an interval, e.g.
+            the 95% Wilson interval `gradkit study` writes; drawn as a band when every row has one);
+            extra keys are ignored; at most one entry per (model, attack, eps). Points of a line are
+            sorted by eps.
         path: str or PathLike ending in `.png`; missing folders are created; replaced atomically.
         title: optional title. Defaults to "Robustness".
         xlabel: optional x-axis label (say the norm and units of eps). Defaults to
             "eps (perturbation budget)".
         bold: the attack whose lines are drawn boldest (solid, thick), shown as "worst case" when it is
             "worst_case". Defaults to "worst_case".
+        caption: optional str under the axes (say the number of points, the backend, the interval).
 
     Returns:
-        str, the path written (640 x 400 pixels).
+        str, the path written (960 x 480 pixels).
 
     Raises:
-        TypeError: `results` is not a non-empty list; a bad `path` or `title` type.
-        ValueError: a missing key, a non-finite or out-of-range eps/accuracy, a repeated
-            (model, attack, eps), `path` not ending in `.png`.
+        TypeError: `results` is not a non-empty list; a bad `path`, `title` or `caption` type.
+        ValueError: a missing key, a non-finite or out-of-range eps/accuracy, an interval outside
+            [0, 1] or reversed, a repeated (model, attack, eps), `path` not ending in `.png`.
     """
     path = _check(path, title)
+    if caption is not None and not isinstance(caption, str):
+        raise TypeError(f"`caption` must be a str or None. Received: caption={caption!r}")
     groups = _check_results(results)
-    fig, ax = _figure()
-    models = list(dict.fromkeys(model for model, _ in groups))
-    attacks = list(dict.fromkeys(attack for _, attack in groups))
-    others = [a for a in attacks if a != bold]
-    for (model, attack), points in groups.items():  # colour per model, line style per attack
-        eps = sorted(points)
-        strong = attack == bold
-        style = "o-" if strong else _STYLES[(others.index(attack) + 1) % len(_STYLES)]
-        name, color = "worst case" if attack == "worst_case" else attack, f"C{models.index(model) % 10}"
-        ax.plot(eps, [points[e] for e in eps], style, color=color, linewidth=3 if strong else 1,
-                alpha=1 if strong else 0.7, label=f"{model} / {name}")  # fmt: skip
+    bands = _bands(results, groups)
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=ROBUSTNESS_SIZE, dpi=DPI)
+    ax = fig.subplots()
+    models, attacks = _draw(ax, groups, bands, bold)
     ax.set(xlabel=xlabel or "eps (perturbation budget)", ylabel="accuracy", ylim=(-0.02, 1.02))
     ax.grid(True, alpha=0.3)
     ax.set_title(title or "Robustness")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
+    _legends(ax, models, attacks, bold)
+    fig.subplots_adjust(left=0.07, right=0.8, top=0.92, bottom=0.2 if caption else 0.12)
+    if caption:
+        fig.text(0.07, 0.02, caption, fontsize="small", wrap=True)
     return _save(fig, path)
+
+
+def _draw(ax, groups, bands, bold):
+    """One line (and band) per (model, attack), each shifted sideways a little; returns (models, attacks)."""
+    models = list(dict.fromkeys(model for model, _ in groups))
+    attacks = list(dict.fromkeys(attack for _, attack in groups))
+    all_eps = [e for points in groups.values() for e in points]
+    step = 0.02 * (max(all_eps) - min(all_eps) or 1.0) / max(len(groups) - 1, 1)
+    for k, ((model, attack), points) in enumerate(groups.items()):
+        eps = np.array(sorted(points))
+        x = eps + (k - (len(groups) - 1) / 2) * step  # a small sideways shift per line
+        strong, i = attack == bold, models.index(model)
+        color, name = f"C{i % 10}", "worst case" if attack == "worst_case" else attack
+        ax.plot(x, [points[e] for e in eps], linestyle=_line(attack, attacks, bold), color=color,
+                marker=_MARKERS[i % len(_MARKERS)], markersize=6 if strong else 4,
+                linewidth=2.5 if strong else 1, alpha=1 if strong else 0.75,
+                label=f"{model} / {name}")  # fmt: skip
+        if (model, attack) in bands:
+            low, high = zip(*(bands[model, attack][e] for e in eps))
+            ax.fill_between(x, low, high, color=color, alpha=0.15 if strong else 0.05, linewidth=0)
+    return models, attacks

@@ -245,3 +245,20 @@ def input_ascent(model, loss_of, x, update, steps, call_kwargs):
     for _ in range(steps):
         x = jax.lax.stop_gradient(update(x, grad(x)))
     return x
+
+
+def enable_determinism():
+    """JAX on CPU is deterministic already (None). On a GPU, XLA's deterministic ops need
+    `XLA_FLAGS=--xla_gpu_deterministic_ops=true` before JAX starts: returns a message saying so when
+    the flag is missing (it cannot be turned on in a running process)."""
+    import os
+
+    if jax.default_backend() == "cpu" or "--xla_gpu_deterministic_ops=true" in os.environ.get(
+        "XLA_FLAGS", ""
+    ):
+        return None
+    return (
+        f"JAX on {jax.default_backend()} has deterministic ops only with XLA_FLAGS="
+        "--xla_gpu_deterministic_ops=true set before the process starts; this run may differ in the last "
+        "digits from a rerun."
+    )
