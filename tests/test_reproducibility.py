@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 def _run(data, out):
     args = ["study", "--quick", "--seed", "0", "--deterministic", "--no-progress", "--dataset", str(data),
-            "--model", "mlp", "--epochs", "1", "--epsilons", "0,0.1", "--out", str(out)]  # fmt: skip
+            "--model", "mlp", "--epochs", "5", "--epsilons", "0,0.1", "--out", str(out)]  # fmt: skip
     env = {**os.environ, "KERAS_BACKEND": keras.backend.backend()}
     proc = subprocess.run([sys.executable, "-m", "gradkit", *args], capture_output=True, text=True, env=env,
                           timeout=600)  # fmt: skip
@@ -30,7 +30,7 @@ def _run(data, out):
 
 
 def test_two_deterministic_runs_give_identical_results(tmp_path):
-    small = study.subsample(study.load_digits(), 240, 60, seed=0)
+    small = study.subsample(study.load_digits(), 400, 60, seed=0)
     data = tmp_path / "small.npz"
     np.savez(data, x_train=small.x_train, y_train=small.y_train, x_test=small.x_test, y_test=small.y_test)
     first, second = _run(data, tmp_path / "a"), _run(data, tmp_path / "b")

@@ -7,19 +7,16 @@ atomically: to a temporary file in the target folder, then renamed over the targ
 
 import csv
 import math
-import numbers
 import os
 
 import numpy as np
 
 from gradkit._io import write_atomic
+from gradkit._robustness_lines import bands, check_results, draw, legends
 
 SIZE = (6.4, 4.0)  # inches
 DPI = 100  # so images are 640 x 400 pixels
-_KEYS = ("model", "attack", "eps", "accuracy")
 ROBUSTNESS_SIZE = (9.6, 4.8)  # inches: 960 x 480 pixels, room for the legends right of the axes
-_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
-_LINES = ("--", ":", "-.", (0, (5, 1, 1, 1)))
 
 
 def _check(path, title):
@@ -185,66 +182,6 @@ def plot_grad_norm(source, path, *, title=None):
     return _save(fig, path)
 
 
-def _check_results(results):
-    if not isinstance(results, (list, tuple)) or not results:
-        raise TypeError(f"`results` must be a non-empty list of dicts. Received: {type(results).__name__}")
-    groups = {}
-    for i, row in enumerate(results):
-        if not isinstance(row, dict) or any(k not in row for k in _KEYS):
-            raise ValueError(f"`results[{i}]` must be a dict with keys {list(_KEYS)}. Received: {row!r:.120}")
-        eps, acc = row["eps"], row["accuracy"]
-        for name, value in (("eps", eps), ("accuracy", acc)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-                raise ValueError(f"`results[{i}]['{name}']` must be a finite number. Received: {value!r}")
-        if eps < 0 or not 0 <= acc <= 1:
-            raise ValueError(
-                f"`results[{i}]` needs eps >= 0 and 0 <= accuracy <= 1. Received: eps={eps}, accuracy={acc}"
-            )
-        points = groups.setdefault((str(row["model"]), str(row["attack"])), {})
-        if float(eps) in points:
-            raise ValueError(
-                f"`results[{i}]` repeats eps={eps} for model={row['model']!r}, attack={row['attack']!r}"
-            )
-        points[float(eps)] = float(acc)
-    return groups
-
-
-def _bands(results, groups):
-    """{(model, attack): {eps: (low, high)}} from the rows' "ci_low"/"ci_high" where every row has both."""
-    if not all("ci_low" in row and "ci_high" in row for row in results):
-        return {}
-    bands = {}
-    for i, row in enumerate(results):
-        low, high = row["ci_low"], row["ci_high"]
-        if not (isinstance(low, numbers.Real) and isinstance(high, numbers.Real) and 0 <= low <= high <= 1):
-            raise ValueError(
-                f"`results[{i}]` needs 0 <= ci_low <= ci_high <= 1. Received: ci_low={low}, ci_high={high}"
-            )
-        bands.setdefault((str(row["model"]), str(row["attack"])), {})[float(row["eps"])] = (low, high)
-    return bands
-
-
-def _legends(ax, models, attacks, bold):
-    """Two legends right of the axes: colour and marker = model, line = attack."""
-    from matplotlib.lines import Line2D
-
-    by_model = [Line2D([], [], color=f"C{i % 10}", marker=_MARKERS[i % len(_MARKERS)], linestyle="",
-                       label=m) for i, m in enumerate(models)]  # fmt: skip
-    by_attack = [Line2D([], [], color="0.3", linewidth=3 if a == bold else 1.2,
-                        linestyle=_line(a, attacks, bold), label="worst case" if a == "worst_case" else a)
-                 for a in attacks]  # fmt: skip
-    first = ax.legend(handles=by_model, title="model", fontsize="small", loc="upper left",
-                      bbox_to_anchor=(1.02, 1.0), borderaxespad=0)  # fmt: skip
-    ax.add_artist(first)
-    ax.legend(handles=by_attack, title="attack", fontsize="small", loc="lower left",
-              bbox_to_anchor=(1.02, 0.0), borderaxespad=0)  # fmt: skip
-
-
-def _line(attack, attacks, bold):
-    others = [a for a in attacks if a != bold]
-    return "-" if attack == bold else _LINES[others.index(attack) % len(_LINES)]
-
-
 def plot_robustness(results, path, *, title=None, xlabel=None, bold="worst_case", caption=None):
     """Writes a PNG of accuracy vs attack strength: one line per (model, attack), with 95% bands.
 
@@ -277,39 +214,17 @@ def plot_robustness(results, path, *, title=None, xlabel=None, bold="worst_case"
     path = _check(path, title)
     if caption is not None and not isinstance(caption, str):
         raise TypeError(f"`caption` must be a str or None. Received: caption={caption!r}")
-    groups = _check_results(results)
-    bands = _bands(results, groups)
+    groups, intervals = check_results(results), bands(results)
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=ROBUSTNESS_SIZE, dpi=DPI)
     ax = fig.subplots()
-    models, attacks = _draw(ax, groups, bands, bold)
+    models, attacks = draw(ax, groups, intervals, bold)
     ax.set(xlabel=xlabel or "eps (perturbation budget)", ylabel="accuracy", ylim=(-0.02, 1.02))
     ax.grid(True, alpha=0.3)
     ax.set_title(title or "Robustness")
-    _legends(ax, models, attacks, bold)
+    legends(ax, models, attacks, bold)
     fig.subplots_adjust(left=0.07, right=0.8, top=0.92, bottom=0.2 if caption else 0.12)
     if caption:
         fig.text(0.07, 0.02, caption, fontsize="small", wrap=True)
     return _save(fig, path)
-
-
-def _draw(ax, groups, bands, bold):
-    """One line (and band) per (model, attack), each shifted sideways a little; returns (models, attacks)."""
-    models = list(dict.fromkeys(model for model, _ in groups))
-    attacks = list(dict.fromkeys(attack for _, attack in groups))
-    all_eps = [e for points in groups.values() for e in points]
-    step = 0.02 * (max(all_eps) - min(all_eps) or 1.0) / max(len(groups) - 1, 1)
-    for k, ((model, attack), points) in enumerate(groups.items()):
-        eps = np.array(sorted(points))
-        x = eps + (k - (len(groups) - 1) / 2) * step  # a small sideways shift per line
-        strong, i = attack == bold, models.index(model)
-        color, name = f"C{i % 10}", "worst case" if attack == "worst_case" else attack
-        ax.plot(x, [points[e] for e in eps], linestyle=_line(attack, attacks, bold), color=color,
-                marker=_MARKERS[i % len(_MARKERS)], markersize=6 if strong else 4,
-                linewidth=2.5 if strong else 1, alpha=1 if strong else 0.75,
-                label=f"{model} / {name}")  # fmt: skip
-        if (model, attack) in bands:
-            low, high = zip(*(bands[model, attack][e] for e in eps))
-            ax.fill_between(x, low, high, color=color, alpha=0.15 if strong else 0.05, linewidth=0)
-    return models, attacks

@@ -6,6 +6,7 @@ import keras
 from jax.extend.core import Literal
 
 from gradkit.backend._common import bind_all_but_x, quiet_retracing, set_random_seed  # noqa: F401
+from gradkit.backend._common import xla_determinism as enable_determinism  # noqa: F401
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
 from gradkit.errors import DisconnectedGradientError
 
@@ -245,20 +246,3 @@ def input_ascent(model, loss_of, x, update, steps, call_kwargs):
     for _ in range(steps):
         x = jax.lax.stop_gradient(update(x, grad(x)))
     return x
-
-
-def enable_determinism():
-    """JAX on CPU is deterministic already (None). On a GPU, XLA's deterministic ops need
-    `XLA_FLAGS=--xla_gpu_deterministic_ops=true` before JAX starts: returns a message saying so when
-    the flag is missing (it cannot be turned on in a running process)."""
-    import os
-
-    if jax.default_backend() == "cpu" or "--xla_gpu_deterministic_ops=true" in os.environ.get(
-        "XLA_FLAGS", ""
-    ):
-        return None
-    return (
-        f"JAX on {jax.default_backend()} has deterministic ops only with XLA_FLAGS="
-        "--xla_gpu_deterministic_ops=true set before the process starts; this run may differ in the last "
-        "digits from a rerun."
-    )
