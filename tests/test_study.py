@@ -441,7 +441,9 @@ def test_resume_after_interrupted_attacks(quick_dir, tmp_path, monkeypatch):
 
     monkeypatch.setattr(_attack, "evaluate", interrupted)
     assert cli.main(["study", "--quick", "--no-progress", "--out", str(out)]) == 130
-    assert len(_read(out)["results"]) == len(kept) + 2 * 3  # adv_single at eps 0 and 0.1 were saved
+    saved = [r for r in state["results"] if r["model"] == "adv_single" and r["eps"] in (0.0, 0.1)]
+    assert len(saved) == 3 + 4  # worst case, fgsm, pgd at eps 0; and standard at 0.1
+    assert len(_read(out)["results"]) == len(kept) + len(saved)  # adv_single at eps 0 and 0.1 were saved
     calls.clear()
 
     def counted(model, x, y, *, eps, attacks, **kwargs):
