@@ -505,3 +505,14 @@ def test_adversarial_rounds_are_judged_on_their_adversarial_examples():
     assert 0 < robust.estimator_errors_[0] < 0.5  # ... yet the round's error counts its PGD examples
     # so boosting went on to round 2 (which a linear learner may fail: then the reason says so)
     assert len(robust.estimators_) == 2 or robust.stop_reason_.startswith("round 2 worse than random")
+
+
+def test_progress_weighs_each_step_by_its_work():
+    config = study.StudyConfig(quick=True, pgd_steps=10, apgd_steps=5, square_queries=90)
+    assert _attack.work(config, 0.0) == 0.0  # nothing runs at eps 0
+    # fgsm 1 + pgd 10 + standard (apgd-ce 5 + apgd-t 5 x 9 targets + square 90 / 3)
+    assert _attack.work(config, 0.1) == 1 + 10 + (5 + 45 + 30)
+    # a boosted model of 3 members: every network runs, the gradient attacks with two objectives
+    assert _attack.work(config, 0.1, n_members=3) == 3 * (1 + 10 + 2 * (5 + 45) + 30)
+    assert _attack.work(config, 0.3, n_classes=4) == 1 + 10 + (5 + 15 + 30)  # three target classes
+    assert _attack.work(config, 0.3, n_classes=3) == 1 + 10 + (5 + 30)  # APGD-T needs 4 classes
