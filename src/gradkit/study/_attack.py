@@ -140,8 +140,9 @@ def attack_at(model, name, data, eps, record, config, batch_size):
 def work(config, eps, n_members=1, n_classes=10):
     """The work of attacking one model at `eps`, in gradient evaluations per point (a forward pass
     counts 1/3): what the progress bar weighs each (model, eps) step by. 0 at eps 0 (nothing runs);
-    "standard" counts APGD-CE, APGD-T (`min(9, n_classes - 1)` targets; none below 4 classes) and Square, twice the gradient
-    attacks on a boosted model (two objectives); every member of an ensemble is one network to run."""
+    "standard" counts APGD-CE, APGD-T (`min(9, n_classes - 1)` targets; none below 4 classes) and
+    Square, twice the gradient attacks on a boosted model (two objectives); every member of an
+    ensemble is one network to run."""
     if eps == 0:
         return 0.0
     apgd_t = config.apgd_steps * min(9, n_classes - 1) if n_classes >= 4 else 0  # its loss needs 4
