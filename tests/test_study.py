@@ -337,7 +337,7 @@ def test_table_names_backend_models_and_epsilons(quick_dir):
     assert single[0].split()[2] == f"[{low:.3f},{high:.3f}]".replace("0.", ".")
     assert "standard accuracy on the n points no other attack broke" in table and " n=" in single[3]
     assert "single 6 epochs" in table and "adaboost_m1 " in table and "/2 members x 3 epochs" in table
-    assert "adv_single 6 epochs" in table and len([x for x in lines if x.startswith("adv_single  ")]) == 3
+    assert "adv_single 6 epochs" in table and len([x for x in lines if x.startswith("adv_single  ")]) == 4
     assert "adv_single trains on pgd eps 0.1, 5 steps examples made inside fit" in table
     assert "Linf" in table and "pgd 10 steps" in table and "square 100 queries" in table
     assert "warnings:" in table and "[one_network]" in table  # two members: one outvotes the other
