@@ -8,9 +8,9 @@ import gradkit
 
 TOP = [
     "AdaBoostM1", "DisconnectedGradientError", "Evaluation", "GradientNormCallback", "InputGradient",
-    "SAMME", "WeightGradient", "WeightedEnsemble", "apgd", "bim", "evaluate", "fgsm", "gradient_norm",
-    "input_gradient", "load", "pgd", "plot_grad_norm", "plot_robustness", "plot_training_diagnostics",
-    "robustness_curve", "run_study",
+    "SAMME", "WeightGradient", "WeightedEnsemble", "apgd", "bim", "compare", "evaluate", "fgsm",
+    "gradient_norm", "input_gradient", "load", "pgd", "plot_grad_norm", "plot_robustness",
+    "plot_training_diagnostics", "robustness_curve", "run_study",
     "square", "track_gradient_norm", "untrack_gradient_norm", "weight_gradients", "adversarial_training",
     "untrack_adversarial_training", "CatastrophicOverfittingCheck", "WorseThanRandomError",
 ]  # fmt: skip
@@ -32,7 +32,10 @@ PACKAGES = {
         "is_ensemble", "pgd", "predict_labels", "prepare", "run_attack", "square",
     ],
     "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "describe", "load"],
-    "gradkit.evaluation": ["Evaluation", "check_curve", "evaluate", "robustness_curve"],
+    "gradkit.evaluation": [
+        "Comparison", "Evaluation", "check_curve", "compare", "evaluate", "paired_comparison",
+        "robustness_curve", "wilson_interval",
+    ],
     "gradkit.training": [
         "CatastrophicOverfittingCheck", "adversarial_training", "collapsed", "untrack_adversarial_training",
     ],

@@ -40,6 +40,8 @@ def _main(capsys, *args):
         (["--n-estimators", "0"], "`n_estimators` must be an integer >= 1. Received: n_estimators=0"),
         (["--epochs", "-2"], "`epochs` must be an integer >= 1"),
         (["--pgd-steps", "1.5"], "argument --pgd-steps: invalid int value"),
+        (["--seed", "0.5"], "argument --seed: invalid int value: '0.5'"),
+        (["--seed", "-1"], "`seed` must be an integer >= 0. Received: seed=-1"),
         (["--adv-eps", "-1"], "`adv_eps` must be >= 0. Received: adv_eps=-1.0"),
         (["--model", "rnn"], "argument --model: invalid choice: 'rnn'"),
         (["--dataset", "missing.npz"], "`dataset` file does not exist"),

@@ -17,6 +17,7 @@ RANKS = {
     "_io": 0,
     "_keras_internals": 0,
     "_quiet": 0,
+    "_robustness_lines": 0,
     "backend": 1,
     "plotting": 1,
     "_diagnostic_plots": 1,

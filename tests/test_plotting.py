@@ -36,11 +36,11 @@ def trained(tmp_path_factory):
     return history, callback, csv_path
 
 
-def assert_png(path):
+def assert_png(path, shape=(400, 640)):
     with open(path, "rb") as f:
         assert f.read(8) == PNG_MAGIC
     image = matplotlib.image.imread(path)
-    assert image.shape[:2] == (400, 640)
+    assert image.shape[:2] == shape
     assert image[..., :3].std() > 0.01  # something was drawn
 
 
@@ -76,7 +76,38 @@ def test_plot_robustness(tmp_path):
     path = tmp_path / "robustness.png"
     path.write_bytes(b"old")  # replaced
     assert gradkit.plot_robustness(results, str(path), title="MNIST") == str(path)
-    assert_png(path)
+    assert_png(path, shape=(480, 960))
+
+
+def test_robustness_bands_caption_legends_outside_and_every_curve_visible(tmp_path, monkeypatch):
+    figures = _captured(monkeypatch)
+    results = [
+        {"model": m, "attack": a, "eps": e, "accuracy": 0.5, "ci_low": 0.45, "ci_high": 0.55}
+        for m in ("single", "boost")
+        for a in ("worst_case", "fgsm")
+        for e in (0.0, 0.1, 0.2)
+    ]  # four curves with identical values
+    caption = "n = 450 test points, Keras backend jax"
+    gradkit.plot_robustness(results, tmp_path / "r.png", caption=caption)
+    fig = figures[0]
+    (ax,) = fig.axes
+    fig.canvas.draw()
+    xs = [tuple(line.get_xdata()) for line in ax.get_lines()]
+    assert len(set(xs)) == 4  # shifted apart: none hides another
+    assert max(abs(a - b) for x in xs for a, b in zip(x, (0.0, 0.1, 0.2))) <= 0.02 * 0.2 / 2 + 1e-12
+    assert len(ax.collections) == 4  # one band per curve
+    band = ax.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() == pytest.approx(0.45) and band.max() == pytest.approx(0.55)
+    markers = {line.get_color(): line.get_marker() for line in ax.get_lines()}
+    assert len(set(markers.values())) == 2  # a marker per model, besides the colour
+    frame = ax.get_window_extent()
+    for legend in [*ax.artists, ax.get_legend()]:  # both legends right of the axes, off the data
+        assert legend.get_window_extent().x0 >= frame.x1
+    assert caption in [t.get_text() for t in fig.texts]
+    with pytest.raises(ValueError, match="ci_low <= ci_high"):
+        gradkit.plot_robustness([{**results[0], "ci_low": 0.6}], tmp_path / "bad.png")
+    with pytest.raises(TypeError, match="`caption` must be a str"):
+        gradkit.plot_robustness(results, tmp_path / "bad.png", caption=3)
 
 
 @pytest.mark.parametrize(

@@ -100,6 +100,8 @@ def test_files_and_results_schema(quick_dir):
         "warnings",
         "samples",
         "grad_norm",
+        "comparisons",
+        "statistics",
     ]
     expected = study.make_config(quick=True)
     expected.pop("out")
@@ -128,20 +130,87 @@ def test_files_and_results_schema(quick_dir):
         assert [len(fit) for fit in state["grad_norm"][name]] == [epochs] * (len(weights) + extra_fits)
     for fits in state["grad_norm"].values():
         assert all(math.isfinite(v) and v > 0 for fit in fits for v in fit)
-    assert len(state["results"]) == 4 * 3 * 3  # models x (worst case, fgsm, pgd) x epsilons
-    assert all(list(row) == ["model", "attack", "eps", "accuracy"] for row in state["results"])
+    over_all = [r for r in state["results"] if r["attack"] != "standard"]
+    assert len(over_all) == 4 * 3 * 3  # models x (worst case, fgsm, pgd) x epsilons
+    keys = ["model", "attack", "eps", "accuracy", "n_points", "ci_low", "ci_high", "scope"]
+    assert all(list(row) == keys for row in state["results"])
     assert [r["attack"] for r in state["results"][:3]] == ["worst_case"] * 3
     with open(quick_dir / "results.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert [(r["model"], r["attack"], float(r["eps"]), float(r["accuracy"])) for r in rows] == [
+    assert list(rows[0]) == ["model", "attack", "eps", "accuracy", "ci_low", "ci_high", "n_points", "scope"]
+    assert [(r["model"], r["attack"], float(r["eps"]), float(r["accuracy"]), int(r["n_points"]),
+             float(r["ci_low"]), float(r["ci_high"]), r["scope"]) for r in rows] == [
         tuple(r.values()) for r in state["results"]
-    ]
+    ]  # fmt: skip
+    assert {r["scope"] for r in rows} == {"worst_case", "cumulative", "remaining"}
     evaluated = {(e["model"], e["attack"], e["eps"]) for e in state["evaluations"]}
     assert ("single", "standard", 0.1) in evaluated and ("adv_boost", "pgd", 0.1) in evaluated
     for ev in state["evaluations"]:
         assert set(ev) >= {"per_attack", "flags", "n_points", "seconds", "n_forwards", "n_gradients"}
+        broken = sum(r["n_broken"] for r in ev["per_attack"].values())  # its points are all clean-correct
+        assert "robust_accuracy" not in ev and ev["accuracy"] == pytest.approx(1 - broken / ev["n_points"])
+        for record in ev["per_attack"].values():  # one accuracy per attack, of the points it ran on
+            assert "robust_accuracy" not in record
+            if record["n_points"]:
+                assert record["accuracy"] == pytest.approx(1 - record["n_broken"] / record["n_points"])
     boosted = next(e for e in state["evaluations"] if (e["model"], e["attack"]) == ("adv_boost", "standard"))
     assert "apgd-ce/vote_margin" in boosted["per_attack"]  # ensemble-aware objectives on boosted models
+
+
+def _wilson_by_hand(k, n, z=1.959963984540054):
+    phat, z2 = k / n, z * z
+    center, half = phat + z2 / (2 * n), z * math.sqrt(phat * (1 - phat) / n + z2 / (4 * n * n))
+    return (center - half) / (1 + z2 / n), (center + half) / (1 + z2 / n)
+
+
+def test_every_row_has_its_wilson_interval_and_points(quick_dir):
+    state = _read(quick_dir)
+    samples = state["samples"]
+    for row in state["results"]:
+        n = row["n_points"]
+        k = round(row["accuracy"] * n)
+        assert k / n == row["accuracy"]
+        low, high = _wilson_by_hand(k, n)
+        assert row["ci_low"] == pytest.approx(max(low, 0.0), abs=1e-9)
+        assert row["ci_high"] == pytest.approx(min(high, 1.0), abs=1e-9)
+        if row["attack"] == "standard":  # the strong evaluation's own figure, on the points it attacked
+            (ev,) = [e for e in state["evaluations"] if (e["model"], e["attack"], e["eps"]) == (
+                row["model"], "standard", row["eps"])]  # fmt: skip
+            assert (row["scope"], n, row["accuracy"]) == ("remaining", ev["n_points"], ev["accuracy"])
+            worst = samples[row["model"]]["broken"]["worst_case"]
+            assert sum(b is None or b > row["eps"] for b in worst) == k  # what standard left: the worst case
+        else:
+            assert n == 450 and row["scope"] == (
+                "worst_case" if row["attack"] == "worst_case" else "cumulative"
+            )
+    assert state["statistics"]["interval"] == "95% Wilson score interval"
+
+
+def test_paired_comparisons_are_mcnemar_on_the_worst_case(quick_dir):
+    from scipy.stats import binomtest
+
+    state = _read(quick_dir)
+    rows = _rows(state)
+    pairs = {(c["a"], c["b"]) for c in state["comparisons"]}
+    assert pairs == {("adv_boost", "adv_single"), ("adv_boost", "single"), ("adaboost_m1", "single"),
+                     ("adv_single", "single")}  # fmt: skip
+    assert len(state["comparisons"]) == 4 * 3
+    for c in state["comparisons"]:
+        a, b = (np.array([x is None or x > c["eps"] for x in state["samples"][m]["broken"]["worst_case"]])
+                for m in (c["a"], c["b"]))  # fmt: skip
+        assert (c["only_a"], c["only_b"]) == (int(np.sum(a & ~b)), int(np.sum(b & ~a)))
+        difference = rows[c["a"], "worst_case", c["eps"]] - rows[c["b"], "worst_case", c["eps"]]
+        assert c["difference"] == pytest.approx(difference)
+        discordant = c["only_a"] + c["only_b"]
+        expected = binomtest(c["only_a"], discordant, 0.5).pvalue if discordant else 1.0
+        assert c["p_value"] == pytest.approx(expected, abs=1e-12)
+    table = study.format_table(state)
+    assert "paired comparison, worst case" in table and "McNemar's exact p" in table
+    line = next(x for x in table.splitlines() if x.startswith("adv_single - single"))
+    at_01 = next(
+        c for c in state["comparisons"] if (c["a"], c["b"], c["eps"]) == ("adv_single", "single", 0.1)
+    )
+    assert f"{at_01['difference']:+.3f} p" in line
 
 
 def test_accuracy_clean_at_eps_zero_and_under_attack(quick_dir):
@@ -253,15 +322,22 @@ def test_adv_single_file_has_no_trace_of_adversarial_training(quick_dir, tmp_pat
 def test_table_names_backend_models_and_epsilons(quick_dir):
     table = study.format_table(_read(quick_dir))
     assert f"Keras backend: {BACKEND}" in table
-    assert "fgsm accuracy" in table and "pgd accuracy" in table and "eps=0.3" in table
+    assert "fgsm accuracy, cumulative" in table and "pgd accuracy, cumulative" in table and "eps=0.3" in table
+    assert "n=450 test points, 95% Wilson score interval in brackets" in table
     lines = table.splitlines()
-    first = next(i for i, line in enumerate(lines) if "accuracy" in line and "eps=" in line)
+    first = next(i for i, line in enumerate(lines) if "accuracy" in line and "clean" not in line)
     assert lines[first].startswith("worst case accuracy")  # the table leads with the worst case
     single = [line for line in lines if line.startswith("single ")]
-    clean = _read(quick_dir)["models"]["single"]["clean_accuracy"]
-    assert len(single) == 3 and single[0].split()[1] == f"{clean:.3f}"
+    state = _read(quick_dir)
+    clean = state["models"]["single"]["clean_accuracy"]
+    assert len(single) == 4 and single[0].split()[1] == f"{clean:.3f}"
+    low, high = next(
+        (r["ci_low"], r["ci_high"]) for r in state["results"] if r["model"] == "single" and r["eps"] == 0.0
+    )
+    assert single[0].split()[2] == f"[{low:.3f},{high:.3f}]".replace("0.", ".")
+    assert "standard accuracy on the n points no other attack broke" in table and " n=" in single[3]
     assert "single 6 epochs" in table and "adaboost_m1 " in table and "/2 members x 3 epochs" in table
-    assert "adv_single 6 epochs" in table and len([x for x in lines if x.startswith("adv_single  ")]) == 3
+    assert "adv_single 6 epochs" in table and len([x for x in lines if x.startswith("adv_single  ")]) == 4
     assert "adv_single trains on pgd eps 0.1, 5 steps examples made inside fit" in table
     assert "Linf" in table and "pgd 10 steps" in table and "square 100 queries" in table
     assert "warnings:" in table and "[one_network]" in table  # two members: one outvotes the other
@@ -365,7 +441,9 @@ def test_resume_after_interrupted_attacks(quick_dir, tmp_path, monkeypatch):
 
     monkeypatch.setattr(_attack, "evaluate", interrupted)
     assert cli.main(["study", "--quick", "--no-progress", "--out", str(out)]) == 130
-    assert len(_read(out)["results"]) == len(kept) + 2 * 3  # adv_single at eps 0 and 0.1 were saved
+    saved = [r for r in state["results"] if r["model"] == "adv_single" and r["eps"] in (0.0, 0.1)]
+    assert len(saved) == 3 + 4  # worst case, fgsm, pgd at eps 0; and standard at 0.1
+    assert len(_read(out)["results"]) == len(kept) + len(saved)  # adv_single at eps 0 and 0.1 were saved
     calls.clear()
 
     def counted(model, x, y, *, eps, attacks, **kwargs):
@@ -427,3 +505,14 @@ def test_adversarial_rounds_are_judged_on_their_adversarial_examples():
     assert 0 < robust.estimator_errors_[0] < 0.5  # ... yet the round's error counts its PGD examples
     # so boosting went on to round 2 (which a linear learner may fail: then the reason says so)
     assert len(robust.estimators_) == 2 or robust.stop_reason_.startswith("round 2 worse than random")
+
+
+def test_progress_weighs_each_step_by_its_work():
+    config = study.StudyConfig(quick=True, pgd_steps=10, apgd_steps=5, square_queries=90)
+    assert _attack.work(config, 0.0) == 0.0  # nothing runs at eps 0
+    # fgsm 1 + pgd 10 + standard (apgd-ce 5 + apgd-t 5 x 9 targets + square 90 / 3)
+    assert _attack.work(config, 0.1) == 1 + 10 + (5 + 45 + 30)
+    # a boosted model of 3 members: every network runs, the gradient attacks with two objectives
+    assert _attack.work(config, 0.1, n_members=3) == 3 * (1 + 10 + 2 * (5 + 45) + 30)
+    assert _attack.work(config, 0.3, n_classes=4) == 1 + 10 + (5 + 15 + 30)  # three target classes
+    assert _attack.work(config, 0.3, n_classes=3) == 1 + 10 + (5 + 30)  # APGD-T needs 4 classes

@@ -34,6 +34,7 @@ _EXPORTS = {
     "robustness_curve": "gradkit.evaluation",
     "evaluate": "gradkit.evaluation",
     "Evaluation": "gradkit.evaluation",
+    "compare": "gradkit.evaluation",
     # adversarial training
     "adversarial_training": "gradkit.training",
     "untrack_adversarial_training": "gradkit.training",

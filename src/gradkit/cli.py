@@ -133,6 +133,15 @@ def _add_study_options(add, defaults):
     )
     add("--batch-size", type=int, help=f"training batch size (default: {defaults['batch_size']})")
     add(
+        "--deterministic",
+        action="store_true",
+        default=None,
+        help="the backend's deterministic ops (TensorFlow op determinism, "
+        "torch.use_deterministic_algorithms; JAX is deterministic on CPU and warns on a GPU without "
+        "XLA_FLAGS=--xla_gpu_deterministic_ops=true): a rerun with the same --seed on the same machine "
+        "and backend gives identical results",
+    )
+    add(
         "--pgd-steps",
         type=int,
         help=f"PGD steps, eps_step = 2.5 eps / steps (default: {defaults['pgd_steps']})",

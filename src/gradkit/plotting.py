@@ -7,17 +7,16 @@ atomically: to a temporary file in the target folder, then renamed over the targ
 
 import csv
 import math
-import numbers
 import os
 
 import numpy as np
 
 from gradkit._io import write_atomic
+from gradkit._robustness_lines import bands, check_results, draw, legends
 
 SIZE = (6.4, 4.0)  # inches
 DPI = 100  # so images are 640 x 400 pixels
-_KEYS = ("model", "attack", "eps", "accuracy")
-_STYLES = ("o-", "s--", "^:", "d-.")
+ROBUSTNESS_SIZE = (9.6, 4.8)  # inches: 960 x 480 pixels, room for the legends right of the axes
 
 
 def _check(path, title):
@@ -183,68 +182,49 @@ def plot_grad_norm(source, path, *, title=None):
     return _save(fig, path)
 
 
-def _check_results(results):
-    if not isinstance(results, (list, tuple)) or not results:
-        raise TypeError(f"`results` must be a non-empty list of dicts. Received: {type(results).__name__}")
-    groups = {}
-    for i, row in enumerate(results):
-        if not isinstance(row, dict) or any(k not in row for k in _KEYS):
-            raise ValueError(f"`results[{i}]` must be a dict with keys {list(_KEYS)}. Received: {row!r:.120}")
-        eps, acc = row["eps"], row["accuracy"]
-        for name, value in (("eps", eps), ("accuracy", acc)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-                raise ValueError(f"`results[{i}]['{name}']` must be a finite number. Received: {value!r}")
-        if eps < 0 or not 0 <= acc <= 1:
-            raise ValueError(
-                f"`results[{i}]` needs eps >= 0 and 0 <= accuracy <= 1. Received: eps={eps}, accuracy={acc}"
-            )
-        points = groups.setdefault((str(row["model"]), str(row["attack"])), {})
-        if float(eps) in points:
-            raise ValueError(
-                f"`results[{i}]` repeats eps={eps} for model={row['model']!r}, attack={row['attack']!r}"
-            )
-        points[float(eps)] = float(acc)
-    return groups
+def plot_robustness(results, path, *, title=None, xlabel=None, bold="worst_case", caption=None):
+    """Writes a PNG of accuracy vs attack strength: one line per (model, attack), with 95% bands.
 
-
-def plot_robustness(results, path, *, title=None, xlabel=None, bold="worst_case"):
-    """Writes a PNG of accuracy vs attack strength: one line per (model, attack).
+    Colour and marker name the model, the line style the attack (legends right of the axes, off the
+    data). Lines are shifted sideways by a small step each (at most 2% of the eps range), so curves
+    with equal values (every attack at eps 0, two models with the same accuracy) all stay visible.
 
     Args:
         results: non-empty list of dicts `{"model": str, "attack": str, "eps": float >= 0,
-            "accuracy": float in [0, 1]}` (extra keys are ignored); at most one entry per
-            (model, attack, eps). Points of a line are sorted by eps.
+            "accuracy": float in [0, 1]}`, optionally with "ci_low" and "ci_high" (an interval, e.g.
+            the 95% Wilson interval `gradkit study` writes; drawn as a band when every row has one);
+            extra keys are ignored; at most one entry per (model, attack, eps). Points of a line are
+            sorted by eps.
         path: str or PathLike ending in `.png`; missing folders are created; replaced atomically.
         title: optional title. Defaults to "Robustness".
         xlabel: optional x-axis label (say the norm and units of eps). Defaults to
             "eps (perturbation budget)".
         bold: the attack whose lines are drawn boldest (solid, thick), shown as "worst case" when it is
             "worst_case". Defaults to "worst_case".
+        caption: optional str under the axes (say the number of points, the backend, the interval).
 
     Returns:
-        str, the path written (640 x 400 pixels).
+        str, the path written (960 x 480 pixels).
 
     Raises:
-        TypeError: `results` is not a non-empty list; a bad `path` or `title` type.
-        ValueError: a missing key, a non-finite or out-of-range eps/accuracy, a repeated
-            (model, attack, eps), `path` not ending in `.png`.
+        TypeError: `results` is not a non-empty list; a bad `path`, `title` or `caption` type.
+        ValueError: a missing key, a non-finite or out-of-range eps/accuracy, an interval outside
+            [0, 1] or reversed, a repeated (model, attack, eps), `path` not ending in `.png`.
     """
     path = _check(path, title)
-    groups = _check_results(results)
-    fig, ax = _figure()
-    models = list(dict.fromkeys(model for model, _ in groups))
-    attacks = list(dict.fromkeys(attack for _, attack in groups))
-    others = [a for a in attacks if a != bold]
-    for (model, attack), points in groups.items():  # colour per model, line style per attack
-        eps = sorted(points)
-        strong = attack == bold
-        style = "o-" if strong else _STYLES[(others.index(attack) + 1) % len(_STYLES)]
-        name, color = "worst case" if attack == "worst_case" else attack, f"C{models.index(model) % 10}"
-        ax.plot(eps, [points[e] for e in eps], style, color=color, linewidth=3 if strong else 1,
-                alpha=1 if strong else 0.7, label=f"{model} / {name}")  # fmt: skip
+    if caption is not None and not isinstance(caption, str):
+        raise TypeError(f"`caption` must be a str or None. Received: caption={caption!r}")
+    groups, intervals = check_results(results), bands(results)
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=ROBUSTNESS_SIZE, dpi=DPI)
+    ax = fig.subplots()
+    models, attacks = draw(ax, groups, intervals, bold)
     ax.set(xlabel=xlabel or "eps (perturbation budget)", ylabel="accuracy", ylim=(-0.02, 1.02))
     ax.grid(True, alpha=0.3)
     ax.set_title(title or "Robustness")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
+    legends(ax, models, attacks, bold)
+    fig.subplots_adjust(left=0.07, right=0.8, top=0.92, bottom=0.2 if caption else 0.12)
+    if caption:
+        fig.text(0.07, 0.02, caption, fontsize="small", wrap=True)
     return _save(fig, path)

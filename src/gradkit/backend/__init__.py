@@ -10,6 +10,9 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
 - `quiet_retracing()`: a context manager that silences the framework's retracing warnings for gradkit's
   own `predict` calls on new models (TensorFlow; a no-op elsewhere).
 - `set_random_seed(seed)`: `keras.utils.set_random_seed` without importing TensorFlow on JAX/PyTorch.
+- `enable_determinism()`: the framework's deterministic ops from now on (TensorFlow's op determinism,
+  `torch.use_deterministic_algorithms`); returns None, or a str saying why it cannot (JAX on a GPU
+  without `XLA_FLAGS=--xla_gpu_deterministic_ops=true`; JAX on CPU is deterministic already).
 - `compile_forward(fn)`: the same function compiled without a gradient (forward passes only). Its
   callable has `bind(trainable, non_trainable, y, weights)`, which returns `f(x)` for one tensor `x`
   with the other arguments fixed (on PyTorch flattened once, for the thousands of calls of a
@@ -82,6 +85,7 @@ compile_grad = _impl.compile_grad
 compile_forward = _impl.compile_forward
 quiet_retracing = _impl.quiet_retracing
 set_random_seed = _impl.set_random_seed
+enable_determinism = _impl.enable_determinism
 variable_values = _impl.variable_values
 wrap_train_step = _impl.wrap_train_step
 batch_multiple = _impl.batch_multiple
@@ -114,6 +118,7 @@ __all__ = [
     "quiet_retracing",
     "set_random_seed",
     "stateless_call",
+    "enable_determinism",
     "distribute_batch",
     "divide_norms",
     "group_norms",

@@ -91,3 +91,22 @@ def quiet_retracing():
 def set_random_seed(seed):
     """Seeds Keras, Python and numpy (JAX: its keys come from Keras' seed) without importing TensorFlow."""
     _keras_internals.set_keras_seed(int(seed))
+
+
+def xla_determinism():
+    """JAX's `enable_determinism`: JAX on CPU is deterministic already (None). On a GPU, XLA's
+    deterministic ops need `XLA_FLAGS=--xla_gpu_deterministic_ops=true` before JAX starts: returns a
+    message saying so when the flag is missing (it cannot be turned on in a running process)."""
+    import os
+
+    import jax
+
+    if jax.default_backend() == "cpu" or "--xla_gpu_deterministic_ops=true" in os.environ.get(
+        "XLA_FLAGS", ""
+    ):
+        return None
+    return (
+        f"JAX on {jax.default_backend()} has deterministic ops only with XLA_FLAGS="
+        "--xla_gpu_deterministic_ops=true set before the process starts; a rerun may differ in the "
+        "last digits."
+    )

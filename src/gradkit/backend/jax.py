@@ -6,6 +6,7 @@ import keras
 from jax.extend.core import Literal
 
 from gradkit.backend._common import bind_all_but_x, quiet_retracing, set_random_seed, stateless_call  # noqa: F401
+from gradkit.backend._common import xla_determinism as enable_determinism  # noqa: F401
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
 from gradkit.backend._weight_stats import cond, stats_builder  # noqa: F401
 from gradkit.errors import DisconnectedGradientError

@@ -204,3 +204,10 @@ def input_ascent(forward, loss_of, x, update, steps):
 def set_random_seed(seed):
     """`keras.utils.set_random_seed`: Keras, Python, numpy and TensorFlow."""
     keras.utils.set_random_seed(int(seed))
+
+
+def enable_determinism():
+    """Deterministic TensorFlow ops from now on (`tf.config.experimental.enable_op_determinism`, with
+    `keras.utils.set_random_seed` called by the caller); returns None (TensorFlow has them)."""
+    tf.config.experimental.enable_op_determinism()
+    return None

@@ -248,3 +248,14 @@ def set_random_seed(seed):
     """Seeds Keras, Python, numpy and PyTorch (as `keras.utils.set_random_seed` does, without TensorFlow)."""
     _set_keras_seed(seed)
     torch.manual_seed(int(seed))
+
+
+def enable_determinism():
+    """Deterministic PyTorch algorithms from now on (`torch.use_deterministic_algorithms(True)`; on CUDA
+    also `CUBLAS_WORKSPACE_CONFIG=:4096:8` when unset, which cuBLAS needs); returns None."""
+    import os
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    return None

@@ -1,6 +1,8 @@
 """The strong evaluation: `evaluate` runs a cascade of attacks (AutoAttack's standard version by default)
 and returns an `Evaluation`: the per-sample worst case, what broke each point, the cost, and signs of
-attack failure (`flags`); `check_curve` checks several evaluations at growing eps.
+attack failure (`flags`); `check_curve` checks several evaluations at growing eps;
+`wilson_interval` and `compare` (McNemar's exact test) give the uncertainty of accuracies and of the
+difference of two models.
 
 References:
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
@@ -11,11 +13,19 @@ References:
 from gradkit.evaluation._curve import robustness_curve
 from gradkit.evaluation._flags import check_curve
 from gradkit.evaluation._result import Evaluation
+from gradkit.evaluation._stats import Comparison
+from gradkit.evaluation._stats import compare
+from gradkit.evaluation._stats import paired_comparison
+from gradkit.evaluation._stats import wilson_interval
 from gradkit.evaluation._suite import evaluate
 
 __all__ = [
+    "Comparison",
     "Evaluation",
     "check_curve",
+    "compare",
     "evaluate",
+    "paired_comparison",
     "robustness_curve",
+    "wilson_interval",
 ]

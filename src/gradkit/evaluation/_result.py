@@ -4,6 +4,8 @@ import dataclasses
 
 import numpy as np
 
+from gradkit.evaluation._stats import METHOD, wilson_interval
+
 
 @dataclasses.dataclass(repr=False)
 class Evaluation:
@@ -29,6 +31,10 @@ class Evaluation:
         attacks: list of the attack names, in cascade order.
         backend: str, the Keras backend that ran it.
         clip_values: `(min, max)` floats or None, the input range.
+        points: str or None, hex SHA-256 of the points evaluated (`x` and labels): `gradkit.compare`
+            refuses two results whose points differ.
+
+    The property `interval` is the 95% Wilson score interval of `robust_accuracy` on the `n` points.
     """
 
     clean_accuracy: float
@@ -46,15 +52,24 @@ class Evaluation:
     attacks: list
     backend: str
     clip_values: tuple | None = None
+    points: str | None = None
+
+    @property
+    def interval(self):
+        """`(low, high)`: the 95% Wilson score interval of `robust_accuracy` (`n` = the points evaluated;
+        Wilson 1927, see `gradkit.evaluation.wilson_interval`)."""
+        return wilson_interval(int(np.sum(self.robust)), len(self.robust))
 
     def to_dict(self):
-        """A JSON-able dict of all but `x_adv`: norm as "linf" or "l2", `robust` as a list of bools."""
+        """A JSON-able dict of all but `x_adv`: norm as "linf" or "l2", `robust` as a list of bools, and
+        "interval" ([low, high], the 95% Wilson interval of `robust_accuracy`)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "x_adv"}
         out["robust"] = [bool(r) for r in self.robust]
         out["norm"] = "linf" if self.norm == np.inf else "l2"
         out["clip_values"] = None if self.clip_values is None else list(self.clip_values)
         out["per_attack"] = {k: dict(v) for k, v in self.per_attack.items()}
         out["flags"] = [dict(f) for f in self.flags]
+        out["interval"] = list(self.interval)
         return out
 
     def summary(self):
@@ -72,8 +87,10 @@ class Evaluation:
             lines.append(
                 f"{name:<28}{r['n_points']:>8}{acc:>10}{r['robust_accuracy']:>9.4f}{r['seconds']:>9.1f}"
             )
+        low, high = self.interval
         lines.append(
-            f"robust accuracy {self.robust_accuracy:.4f} (clean {self.clean_accuracy:.4f}); "
+            f"robust accuracy {self.robust_accuracy:.4f} [{low:.4f}, {high:.4f}] ({METHOD}, n={n}; "
+            f"clean {self.clean_accuracy:.4f}); "
             f"{self.n_forwards} forwards, {self.n_gradients} gradients, {self.seconds:.1f} s"
         )
         if self.flags:

@@ -10,6 +10,7 @@ from gradkit import attacks as registry
 from gradkit.errors import DisconnectedGradientError
 from gradkit.evaluation import _flags, _plan, _state
 from gradkit.evaluation._result import Evaluation
+from gradkit.evaluation._stats import points_digest
 from gradkit.gradients import as_ensemble, member_gradient_norms, predict_batched
 
 _PROBE = 32  # rows predicted twice to detect a randomized forward pass
@@ -108,7 +109,9 @@ def evaluate(
         if state_path:
             _state.save(state_path, fp, state)
     state.seconds = seconds + time.perf_counter() - start
-    return _result(model, state, config, _shares(model, x, labels, config))
+    result = _result(model, state, config, _shares(model, x, labels, config))
+    result.points = points_digest(x, labels)
+    return result
 
 
 def _shares(model, x, labels, config):

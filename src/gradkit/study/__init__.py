@@ -21,15 +21,20 @@ Then it attacks each model at each eps (Linf, in input units, `clip_values=(0, 1
 `gradkit.evaluate`. Per test point it keeps the smallest eps at which each attack fooled it; a point
 broken at eps e stays broken at larger eps, so each eps attacks only the points still robust, and
 "standard" runs last on the points no attack broke. The table and the plot lead with the per-sample
-worst case. The output directory holds:
+worst case; a single attack's rows are therefore cumulative (not broken by it at this eps or below),
+and the "standard" rows give its accuracy on the points it attacked. Every row carries its 95% Wilson
+score interval and its number of points, and the models are compared pairwise on the worst case by
+McNemar's exact test (`gradkit.compare`). The output directory holds:
 
     config.json          the configuration, backend and a data fingerprint (a rerun must match them)
     results.json         config, backend, dataset, n_train, n_test, models, results, evaluations,
-                         warnings, samples, grad_norm
-    results.csv          the result rows: model, attack ("worst_case", "fgsm", ...), eps, accuracy
+                         warnings, samples, grad_norm, comparisons, statistics
+    results.csv          the result rows: model, attack ("worst_case", "fgsm", ..., "standard"), eps,
+                         accuracy, ci_low, ci_high, n_points, scope
     samples.csv          per test point: label, and per model clean correct, the smallest eps that
                          broke it and by which attack
-    robustness.png       accuracy vs eps, one line per model and attack, the worst case boldest
+    robustness.png       accuracy vs eps, one line per model and attack, the worst case boldest,
+                         95% bands
     grad_norm.png        per-epoch gradient norm of each model, each member's start marked
     single.keras         the single network; adv_single.keras the adversarially trained one (no trace
                          of adversarial training); adaboost_m1/, adv_boost/: `gradkit.load`-able
@@ -44,7 +49,8 @@ loaded instead of retrained and finished results are kept (`run_study(..., log=p
 
 Modules: `_config` (the Keras-free configuration, the single source of defaults), `_datasets`,
 `_keras_data` (MNIST, Fashion-MNIST, CIFAR-10), `_run` (the orchestration), `_train`, `_attack`
-(the attacks and the per-sample worst case), `_models` (the model zoo and model files), `_outdir`
+(the attacks, the per-sample worst case, the rows and their intervals), `_compare` (the paired
+tests), `_models` (the model zoo and model files), `_outdir`
 (the output folder), `_table`. The configuration, the data sets and the table import no Keras; `run_study` and
 `build_model` are loaded on first use, so `import gradkit.study` (and `gradkit study --help`) loads no
 backend.

@@ -7,8 +7,20 @@ example lies in the larger ball), so at each eps an attack runs only on the poin
 yet. "standard" (`gradkit.evaluate`'s AutoAttack-style cascade) runs last at each eps, only on the
 points that no attack has broken: the worst case over every attack run.
 
-Rows: `{"model", "attack", "eps", "accuracy"}` for each attack but "standard", plus "worst_case",
-the fraction of points that no attack broke at that eps or below. Every attack goes through
+Rows: `{"model", "attack", "eps", "accuracy", "n_points", "ci_low", "ci_high", "scope"}`, the accuracy
+`k / n_points` with its 95% Wilson score interval `[ci_low, ci_high]`, of three scopes:
+
+- "worst_case" (scope "worst_case"): of all test points, the fraction that no attack broke at that eps
+  or below (exact: an example in a smaller ball lies in every larger one);
+- each attack but "standard" (scope "cumulative"): of all test points, the fraction that attack did not
+  break at that eps *or any smaller one* (it attacks only the points it has not broken yet, so the row
+  means "no run of this attack up to this eps broke it", a lower bound on that attack's accuracy at
+  this eps alone);
+- "standard" (scope "remaining", eps > 0): the accuracy of `gradkit.evaluate`'s cascade on the
+  `n_points` points it ran on (those no attack broke at that eps or below), the strong evaluation's own
+  figure on what the cheaper attacks left.
+
+Every attack goes through
 `gradkit.evaluate` (Linf, `clip_values=(0, 1)`), which judges success on the model's real decision
 (argmax, or the boosted model's weighted hard vote).
 
@@ -19,9 +31,14 @@ References:
 
 import numpy as np
 
-from gradkit.evaluation import evaluate
+from gradkit.evaluation import evaluate, wilson_interval
 
 WORST = "worst_case"
+SCOPES = {
+    "worst_case": "all test points; broken by any attack at this eps or below",
+    "cumulative": "all test points; broken by this attack at this eps or below",
+    "remaining": "the points no other attack broke at this eps or below",
+}
 CLIP = (0.0, 1.0)
 
 
@@ -62,14 +79,20 @@ def _run(model, data, rows, attack, eps, config, batch_size):
 
 
 def _summary(name, attack, eps, n, result):
-    """What results.json keeps of one evaluation: its cost, per-attack figures and flags."""
+    """What results.json keeps of one evaluation: its cost, per-attack figures and flags. Every
+    "accuracy" is a fraction of the "n_points" beside it (per attack: the points that attack ran on)."""
+    per_attack = {
+        key: {k: v for k, v in record.items() if k != "robust_accuracy"}
+        for key, record in result.per_attack.items()
+    }
     return {
         "model": name,
         "attack": attack,
         "eps": eps,
         "n_points": n,
-        "robust_accuracy": result.robust_accuracy,
-        "per_attack": result.per_attack,
+        "accuracy": result.robust_accuracy,
+        "interval": list(result.interval),
+        "per_attack": per_attack,
         "flags": result.flags,
         "n_forwards": result.n_forwards,
         "n_gradients": result.n_gradients,
@@ -88,10 +111,11 @@ def attack_at(model, name, data, eps, record, config, batch_size):
         config: the `StudyConfig`; batch_size: rows per compiled call.
 
     Returns:
-        `(rows, evaluations)`: the result rows at `eps` (one per attack but "standard", then
-        "worst_case") and the evaluation summaries (cost, per-attack figures, flags).
+        `(rows, evaluations)`: the result rows at `eps` ("worst_case", one per attack but "standard",
+        then "standard" where it ran; see the module's docstring) and the evaluation summaries (cost,
+        per-attack figures, flags).
     """
-    broken, by, evaluations = record["broken"], record["by"], []
+    broken, by, evaluations, standard = record["broken"], record["by"], [], None
     for attack in sorted(config.attacks, key=lambda a: a == "standard"):  # "standard" last
         target = WORST if attack == "standard" else attack
         todo = _open(broken[target], eps)
@@ -104,11 +128,39 @@ def attack_at(model, name, data, eps, record, config, batch_size):
                 if by[i] is None:  # the first attack to break it, at the smallest eps (they ascend)
                     broken[WORST][i], by[i] = eps, attack if target != WORST else f"standard:{how}"
         evaluations.append(_summary(name, attack, eps, len(todo), result))
-    names = [a for a in config.attacks if a != "standard"] + [WORST]
-    rows = [{"model": name, "attack": a, "eps": eps, "accuracy": accuracy(broken[a], eps)} for a in names]
+        if attack == "standard":
+            standard = int(np.sum(result.robust)), len(todo)
+    names = [WORST] + [a for a in config.attacks if a != "standard"]
+    rows = [row(name, a, eps, *kept(broken[a], eps)) for a in names]
+    if standard is not None:
+        rows.append(row(name, "standard", eps, *standard))
     return rows, evaluations
 
 
-def accuracy(broken, eps):
-    """The fraction of points not broken at `eps` or below (float in [0, 1])."""
-    return float(np.mean([b is None or b > eps for b in broken]))
+def work(config, eps, n_members=1, n_classes=10):
+    """The work of attacking one model at `eps`, in gradient evaluations per point (a forward pass
+    counts 1/3): what the progress bar weighs each (model, eps) step by. 0 at eps 0 (nothing runs);
+    "standard" counts APGD-CE, APGD-T (`min(9, n_classes - 1)` targets; none below 4 classes) and
+    Square, twice the gradient attacks on a boosted model (two objectives); every member of an
+    ensemble is one network to run."""
+    if eps == 0:
+        return 0.0
+    apgd_t = config.apgd_steps * min(9, n_classes - 1) if n_classes >= 4 else 0  # its loss needs 4
+    costs = {"fgsm": 1, "pgd": config.pgd_steps, "apgd-ce": config.apgd_steps, "apgd-t": apgd_t,
+             "square": config.square_queries / 3}  # fmt: skip
+    objectives = 2 if n_members > 1 else 1
+    costs["standard"] = objectives * (costs["apgd-ce"] + apgd_t) + costs["square"]
+    return float(n_members * sum(costs[a] for a in config.attacks))
+
+
+def kept(broken, eps):
+    """`(k, n)`: the points not broken at `eps` or below, and all points."""
+    return sum(b is None or b > eps for b in broken), len(broken)
+
+
+def row(model, attack, eps, k, n):
+    """One result row: accuracy `k / n` with its 95% Wilson interval, n and the scope (module docstring)."""
+    low, high = wilson_interval(int(k), int(n))
+    scope = WORST if attack == WORST else "remaining" if attack == "standard" else "cumulative"
+    return {"model": model, "attack": attack, "eps": eps, "accuracy": k / n, "n_points": n,
+            "ci_low": low, "ci_high": high, "scope": scope}  # fmt: skip

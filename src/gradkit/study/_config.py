@@ -123,6 +123,9 @@ class StudyConfig:
             the ensemble so far, training on clean + adversarial copies) or "fit" (each member
             trained with `gradkit.adversarial_training`). Defaults to "augment".
         quick: whether `QUICK` and `QUICK_SUBSET` apply (see `from_options`). Defaults to False.
+        deterministic: turn on the backend's deterministic ops before anything runs (TensorFlow's op
+            determinism, `torch.use_deterministic_algorithms`; JAX on CPU is deterministic already, on a
+            GPU it warns unless `XLA_FLAGS=--xla_gpu_deterministic_ops=true`). Defaults to False.
 
     Raises:
         ConfigError: a value outside the ranges above (also a TypeError for a wrong type).
@@ -146,6 +149,7 @@ class StudyConfig:
     adv_steps: int = 5
     adv_mode: str = "augment"
     quick: bool = False
+    deterministic: bool = False
 
     def __post_init__(self):
         canonical = {
@@ -162,6 +166,7 @@ class StudyConfig:
             "adv_eps": _checked(_checks.check_eps, self.adv_eps, "adv_eps"),
             "adv_mode": _checked(_checks.check_choice, self.adv_mode, "adv_mode", ADV_MODES),
             "quick": _checked(_checks.check_flag, self.quick, "quick"),
+            "deterministic": _checked(_checks.check_flag, self.deterministic, "deterministic"),
         }
         for key, value in canonical.items():
             object.__setattr__(self, key, value)

@@ -2,7 +2,8 @@
 
     config.json     {"config", "backend", "data_sha256"}: a rerun resumes only if all three match
     results.json    the state `run_study` returns, rewritten after each model and each curve
-    results.csv     the result rows: model, attack, eps, accuracy
+    results.csv     the result rows: model, attack, eps, accuracy, ci_low, ci_high (its 95% Wilson
+                    interval), n_points (its denominator), scope (worst_case, cumulative, remaining)
     samples.csv     one row per test sample: label, and per model clean correct, the smallest eps
                     that broke it (empty: none did) and the attack that did
 
@@ -18,8 +19,9 @@ import numpy as np
 from gradkit import _io
 from gradkit.study._config import ConfigError
 
-_CSV_FIELDS = ("model", "attack", "eps", "accuracy")
-_ADDED = {"adv_mode": "augment"}  # options added later, with the value a study made before them had
+_CSV_FIELDS = ("model", "attack", "eps", "accuracy", "ci_low", "ci_high", "n_points", "scope")
+# options added later, with the value a study made before them had
+_ADDED = {"adv_mode": "augment", "deterministic": False}
 
 
 def fingerprint(data):
@@ -135,7 +137,7 @@ def write_state(state, out):
 
 
 def write_csv(rows, out):
-    """Writes the result rows to `out`/results.csv atomically (header model, attack, eps, accuracy)."""
+    """Writes the result rows to `out`/results.csv atomically (header `_CSV_FIELDS`)."""
 
     def write(f):
         writer = csv.DictWriter(f, fieldnames=_CSV_FIELDS, lineterminator="\n")

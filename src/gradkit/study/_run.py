@@ -13,6 +13,7 @@ References:
 import dataclasses
 import os
 import time
+import warnings
 from collections.abc import Mapping
 
 import keras
@@ -21,14 +22,15 @@ from tqdm import tqdm
 
 from gradkit._checks import fail
 from gradkit.attacks import decide
-from gradkit.backend import batch_multiple
+from gradkit.backend import batch_multiple, enable_determinism
 from gradkit.errors import WorseThanRandomError
 from gradkit.gradients import as_ensemble
 from gradkit.plotting import plot_grad_norm, plot_robustness
-from gradkit.study import _attack, _outdir
+from gradkit.study import _attack, _compare, _outdir
 from gradkit.study._config import MODELS, QUICK_SUBSET, ConfigError, StudyConfig
 from gradkit.study._datasets import load_dataset, subsample
 from gradkit.study._models import load_model, model_path, save_model
+from gradkit.study._table import INTERVAL
 from gradkit.study._train import SINGLES, describe
 from gradkit.study._train import train_boosted as _train_boosted
 from gradkit.study._train import train_single as _train_single
@@ -50,12 +52,17 @@ def run_study(config, *, progress=True, log=None):
         The content of results.json: dict with "config", "backend", "dataset" (name), "n_train",
         "n_test", "models" ({name: {"clean_accuracy", "n_params", "train_seconds", "epochs", and for
         boosted models "members", "asked", "stop_reason", "estimator_weights"}}), "results"
-        ([{"model", "attack", "eps", "accuracy"}], accuracy in [0, 1]; attack "worst_case" is the
-        per-sample worst case over every attack), "evaluations" (cost, per-attack figures and flags of
-        each `gradkit.evaluate` run; it attacks only the `n_points` test points still robust when it
-        runs, and its accuracies are fractions of those), "warnings" (each model's flags, once),
-        "samples" ({name: {"clean", "broken", "by"}} per test point) and "grad_norm" ({name: [[float
-        per epoch] per fit]}).
+        ([{"model", "attack", "eps", "accuracy", "n_points", "ci_low", "ci_high", "scope"}]: accuracy
+        in [0, 1] of `n_points` points with its 95% Wilson interval; scope "worst_case" (the
+        per-sample worst case over every attack), "cumulative" (fgsm, pgd, ...: broken by that attack
+        at this eps or below) or "remaining" (standard, on the points the other attacks left); see
+        `gradkit.study._attack`), "evaluations" (cost, per-attack figures and flags of each
+        `gradkit.evaluate` run; it attacks only the `n_points` test points still robust when it
+        runs, and its "accuracy" values are fractions of those), "warnings" (each model's flags,
+        once), "samples" ({name: {"clean", "broken", "by"}} per test point), "grad_norm" ({name:
+        [[float per epoch] per fit]}), "comparisons" (paired worst-case comparisons of models per eps:
+        "a", "b", "eps", "difference", "p_value" (McNemar's exact test), "only_a", "only_b", ...) and
+        "statistics" (the interval and test used, and what each scope means).
 
     Raises:
         TypeError: `config` is neither a `StudyConfig` nor a dict.
@@ -72,6 +79,8 @@ def run_study(config, *, progress=True, log=None):
     log = log or (lambda message: None)
     out, settings, backend = config.out, config.to_dict(out=False), keras.backend.backend()
     _outdir.check_out(out, settings, backend)
+    if config.deterministic:
+        _determinism(log)
     data = _prepare_data(config)
     state = _outdir.open_out(out, settings, backend, _outdir.fingerprint(data))
     state.update(dataset=data.name, n_train=len(data.x_train), n_test=len(data.x_test))
@@ -79,6 +88,14 @@ def run_study(config, *, progress=True, log=None):
     _attack_all(trained, config, data, state, log, progress)
     _write_outputs(state, out, data.y_test)
     return state
+
+
+def _determinism(log):
+    """Turns on the backend's deterministic ops; warns (and tells `log`) where it has none."""
+    reason = enable_determinism()
+    if reason:
+        warnings.warn(f"--deterministic: {reason}", RuntimeWarning, stacklevel=3)
+        log(f"warning: --deterministic: {reason}")
 
 
 def _prepare_data(config):
@@ -178,8 +195,13 @@ def _attack_all(trained, config, data, state, log, progress):
         log(f"reused {reused} finished (model, eps) results from {os.path.join(config.out, 'results.json')}")
     todo = [(name, e) for name in MODELS for e in config.epsilons if (name, e) not in done]
     batch_size = min(len(data.x_test), _EVAL_BATCH)
-    with tqdm(total=len(todo), desc="attacks", unit="eps", disable=not progress) as bar:
-        for name, eps in todo:
+    members = {name: len(as_ensemble(model).models) for name, model in trained.items()}
+    weights = [_attack.work(config, eps, members[name], data.n_classes) for name, eps in todo]
+    total = round(sum(weights)) or None
+    # the bar counts estimated gradient evaluations per point, so its ETA weighs each step by its work
+    with tqdm(total=total, desc="attacks", unit="grad", disable=not progress, unit_scale=True) as bar:
+        for (name, eps), weight in zip(todo, weights):
+            bar.set_postfix_str(f"{name} eps={eps:g}")
             record = state["samples"].get(name)
             if record is None:
                 clean = decide(trained[name], data.x_test, batch_size) == data.y_test
@@ -189,7 +211,7 @@ def _attack_all(trained, config, data, state, log, progress):
             state["evaluations"] += evaluations
             _add_warnings(state, evaluations)
             _outdir.write_state(state, config.out)
-            bar.update(1)
+            bar.update(weight)
 
 
 def _add_warnings(state, evaluations):
@@ -207,16 +229,21 @@ def _add_warnings(state, evaluations):
 def _write_outputs(state, out, labels):
     """results.json (rows and models in a fixed order, whatever was resumed), the CSV files, the plots."""
     attacks = [a for a in state["config"]["attacks"] if a != "standard"]
-    order = {key: i for i, key in enumerate((*MODELS, _attack.WORST, *attacks))}
+    order = {key: i for i, key in enumerate((*MODELS, _attack.WORST, *attacks, "standard"))}
     state["results"].sort(key=lambda r: (order[r["model"]], order[r["attack"]], r["eps"]))
     for key in ("models", "grad_norm", "samples"):
         state[key] = {name: state[key][name] for name in MODELS}
+    state["comparisons"] = _compare.comparisons(state["samples"], state["config"]["epsilons"])
+    state["statistics"] = {"interval": INTERVAL, "comparison": _compare.TEST, "scopes": _attack.SCOPES}
     _outdir.write_state(state, out)
     _outdir.write_csv(state["results"], out)
     _outdir.write_samples(state, labels, out)
     title = f"{state['dataset']}, Keras backend {state['backend']}"
     plot_robustness(
-        state["results"], os.path.join(out, "robustness.png"), title=f"Robustness - {title}",
+        [r for r in state["results"] if r.get("scope") != "remaining"],
+        os.path.join(out, "robustness.png"), title=f"Robustness - {title}",
         xlabel="eps (Linf, input units; inputs in [0, 1])",
+        caption=f"n = {state['n_test']} test points, Keras backend {state['backend']}; bands: {INTERVAL}; "
+        f"{', '.join(attacks)}: cumulative (broken at this eps or below)",
     )  # fmt: skip
     plot_grad_norm(state["grad_norm"], os.path.join(out, "grad_norm.png"), title=f"Gradient norm - {title}")

@@ -8,15 +8,70 @@ WORST = "worst_case"
 FILES = {
     "config.json": "the configuration, backend and data fingerprint (a rerun must match them)",
     "results.json": "models, result rows, per-attack figures, flags, per-sample results, grad norms",
-    "results.csv": "the result rows: model, attack, eps, accuracy",
+    "results.csv": "the result rows: model, attack, eps, accuracy, ci_low, ci_high, n_points, scope",
     "samples.csv": "per test sample: label; per model clean correct, smallest eps that broke it, by what",
-    "robustness.png": "accuracy vs eps, the worst case drawn boldest",
+    "robustness.png": "accuracy vs eps with 95% bands, the worst case drawn boldest",
     "grad_norm.png": "gradient norm per epoch during training, one curve per model (members end to end)",
 }
 
 
-def _row(label, cells, width):
-    return f"{label:<{width}}" + "".join(f"{cell:>10}" for cell in cells)
+INTERVAL = "95% Wilson score interval"
+_CELL = 18  # "0.660 [.615,.702]"
+
+
+def _row(label, cells, width, cell=_CELL):
+    return f"{label:<{width}}" + "".join(f"{c:>{cell}}" for c in cells)
+
+
+def _short(value):
+    """0.615 -> ".615", 1.0 -> "1.00": a bound in four characters."""
+    return "1.00" if value >= 0.9995 else f"{value:.3f}"[1:]
+
+
+def _cell(row, n=False):
+    """ "0.660 [.615,.702]" (with `n`: " n=120" after it), or "-" for a missing row."""
+    if row is None:
+        return "-"
+    text = f"{row['accuracy']:.3f}"
+    if "ci_low" in row:
+        text += f" [{_short(row['ci_low'])},{_short(row['ci_high'])}]"
+    return text + (f" n={row['n_points']}" if n and "n_points" in row else "")
+
+
+def _titles(state):
+    """(attack, block title) for each block of the table, in order."""
+    n, attacks = state.get("n_test"), state["config"]["attacks"]
+    points = f"n={n} test points, {INTERVAL} in brackets"
+    blocks = [(WORST, f"worst case accuracy ({points})")]
+    blocks += [
+        (a, f"{a} accuracy, cumulative: not broken by {a} at this eps or below ({points})")
+        for a in attacks
+        if a != "standard"
+    ]
+    if "standard" in attacks:
+        blocks.append(("standard", "standard accuracy on the n points no other attack broke (eps > 0)"))
+    return blocks
+
+
+def _comparisons(state, epsilons, width):
+    """The block of paired comparisons (results.json "comparisons"), or no lines without them."""
+    found = {(c["a"], c["b"], c["eps"]): c for c in state.get("comparisons", [])}
+    pairs = list(dict.fromkeys((a, b) for a, b, _ in found))
+    if not pairs:
+        return []
+    lines = ["", "paired comparison, worst case: difference a - b and McNemar's exact p (two-sided, on the "
+             "points one model keeps and the other loses)"]  # fmt: skip
+    label = max(width, *(len(f"{a} - {b}") + 2 for a, b in pairs))
+    lines.append(_row("", (f"eps={e:g}" for e in epsilons), label))
+    for a, b in pairs:
+        cells = (found.get((a, b, e)) for e in epsilons)
+        text = ("-" if c is None else f"{c['difference']:+.3f} p{_p(c['p_value'])}" for c in cells)
+        lines.append(_row(f"{a} - {b}", text, label))
+    return lines
+
+
+def _p(p):
+    return "<0.001" if p < 0.001 else f"={p:.3f}"
 
 
 def _epochs(name, record, config):
@@ -96,20 +151,23 @@ def format_table(state, out=None):
         out: None (default), or the output folder: then the text ends with the folder and its files.
 
     Returns:
-        str: the header (see `header`), one line per model and attack with accuracies to 3 decimals
-        ("-" for a missing row), the warnings of the evaluations, and with `out` the files written.
+        str: the header (see `header`), one block per attack (its title names the scope, the number
+        of points and the interval), one line per model with accuracies to 3 decimals and their 95%
+        Wilson intervals ("-" for a missing row), the paired comparisons, the warnings of the
+        evaluations, and with `out` the files written.
     """
     epsilons = state["config"]["epsilons"]
     width = max(len(name) for name in MODELS) + 2
     lines = header(state)
-    rows = {(r["model"], r["attack"], r["eps"]): r["accuracy"] for r in state["results"]}
-    attacks = [a for a in state["config"]["attacks"] if a != "standard"]
-    for attack in (WORST, *attacks):
-        label = "worst case" if attack == WORST else attack
-        lines += ["", _row(f"{label} accuracy", (f"eps={e:g}" for e in epsilons), width)]
+    rows = {(r["model"], r["attack"], r["eps"]): r for r in state["results"]}
+    for attack, title in _titles(state):
+        standard = attack == "standard"
+        cell = _CELL + 6 if standard else _CELL
+        lines += ["", title, _row("", (f"eps={e:g}" for e in epsilons), width, cell)]
         for name in MODELS:
             cells = (rows.get((name, attack, e)) for e in epsilons)
-            lines.append(_row(name, ("-" if c is None else f"{c:.3f}" for c in cells), width))
+            lines.append(_row(name, (_cell(c, standard) for c in cells), width, cell))
+    lines += _comparisons(state, epsilons, width)
     used = ", ".join(state["config"]["attacks"])
     lines.append(f"\nworst case: per test point, over {used} at that eps or below")
     if state.get("warnings"):
