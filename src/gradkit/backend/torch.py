@@ -21,8 +21,8 @@ from gradkit.backend._common import (  # noqa: F401
     test_step_without,
     values_before_step,
 )
-from gradkit.backend._common import set_random_seed as _set_keras_seed
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
+from gradkit.backend._torch_misc import enable_determinism, input_ascent, set_random_seed  # noqa: F401
 from gradkit.backend._torch_modules import stateless_call  # noqa: F401
 from gradkit.backend._torch_stats import weight_stats as _weight_stats
 from gradkit.backend._torch_trace import Traced, compile_forward, flatten, signature  # noqa: F401
@@ -228,34 +228,3 @@ def wrap_train_step(model, metric, norms_fn):
         return logs
 
     return train_step, test_step_without(metric, step_cls, model)
-
-
-def input_ascent(forward, loss_of, x, update, steps):
-    """`steps` times `x <- update(x, d loss_of(forward(x)) / dx)`, eagerly with `torch.autograd.grad` w.r.t.
-    `x` alone (the adversarial-training inner attack); the result is detached."""
-    x = x.detach()
-    for _ in range(steps):
-        z = x.requires_grad_(True)
-        with torch.enable_grad():
-            loss = loss_of(forward(z))
-        (grad,) = torch.autograd.grad(loss, z)
-        with torch.no_grad():
-            x = update(z.detach(), grad).detach()
-    return x
-
-
-def set_random_seed(seed):
-    """Seeds Keras, Python, numpy and PyTorch (as `keras.utils.set_random_seed` does, without TensorFlow)."""
-    _set_keras_seed(seed)
-    torch.manual_seed(int(seed))
-
-
-def enable_determinism():
-    """Deterministic PyTorch algorithms from now on (`torch.use_deterministic_algorithms(True)`; on CUDA
-    also `CUBLAS_WORKSPACE_CONFIG=:4096:8` when unset, which cuBLAS needs); returns None."""
-    import os
-
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True)
-    torch.backends.cudnn.benchmark = False
-    return None
