@@ -155,17 +155,9 @@ def _attack(model, x_rows, y_rows, entry, config, seed, state):
         state.n_forwards += len(x_rows)
         return x_adv, registry.decide(model, x_adv, config.batch_size) != y_rows, None
     result = registry.run_attack(
-        entry.attack,
-        model,
-        x_rows,
-        y_rows,
-        eps=config.eps,
-        norm=config.norm,
-        clip_values=config.clip_values,
-        batch_size=config.batch_size,
-        seed=seed,
-        **_plan.options(entry, config),
-    )
+        entry.attack, model, x_rows, y_rows, eps=config.eps, norm=config.norm, clip_values=config.clip_values,
+        batch_size=config.batch_size, seed=seed, **_plan.options(entry, config),
+    )  # fmt: skip
     state.n_forwards += int(result.n_forwards)
     state.n_gradients += int(result.n_gradients)
     if result.from_probabilities and entry.name not in state.from_probabilities:
