@@ -104,6 +104,35 @@ def compile_grad(fn, wrt, per_output=False, has_aux=False):
     return call
 
 
+def compile_step(objective, update):
+    """Compile one attack step: `call(trainable, non_trainable, state, fixed) -> state`.
+
+    `objective(trainable, non_trainable, x, y, weights) -> (loss, aux)` is differentiated w.r.t.
+    `x = state["x"]` (`y = fixed["y"]`, `weights = fixed["weights"]`), then `update(state, aux, grad,
+    fixed)` gives the next state; both run inside one `jax.jit`, so the state stays on the device.
+    """
+
+    def step(trainable, non_trainable, state, fixed):
+        call.trace_count += 1
+        grad_fn = jax.value_and_grad(objective, argnums=2, has_aux=True)
+        (_, aux), grad = grad_fn(trainable, non_trainable, state["x"], fixed["y"], fixed["weights"])
+        return update(state, aux, grad, fixed)
+
+    compiled = jax.jit(step)
+    checked = set()
+
+    def call(trainable, non_trainable, state, fixed):
+        key = tuple((tuple(a.shape), str(a.dtype)) for a in jax.tree_util.tree_leaves(state["x"]))
+        if key not in checked:
+            args = (trainable, non_trainable, state["x"], fixed["y"], fixed["weights"])
+            _check_connected(lambda *a: objective(*a)[0], 2, args)
+            checked.add(key)
+        return compiled(trainable, non_trainable, state, fixed)
+
+    call.trace_count = 0
+    return call
+
+
 def batch_multiple():
     """Rows per batch must be a multiple of this: the data-parallel device count, else 1."""
     dist = keras.distribution.distribution()
