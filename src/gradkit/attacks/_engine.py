@@ -58,8 +58,14 @@ def run(objective, step, labels, targets, constants, init, n_steps, finish):
     results = []
     for start, stop, pad, y, weights in parts:
         fixed = dict(constants, y=y, weights=weights)
-        state = init(start, stop, pad)
-        for _ in range(n_steps):
-            state = step(trainables, non_trainables, state, fixed)
+        state = advance(step, (trainables, non_trainables), init(start, stop, pad), fixed, n_steps)
         results.append(finish(state, stop - start))
     return results
+
+
+def advance(step, variables, state, fixed, n_steps):
+    """`n_steps` calls of the compiled `step` from `state`: between two checkpoints of an attack, with
+    nothing read back to the host."""
+    for _ in range(n_steps):
+        state = step(*variables, state, fixed)
+    return state

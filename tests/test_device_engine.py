@@ -1,0 +1,99 @@
+"""The attack engine keeps an attack's state on the device: FGSM/BIM/PGD run as one compiled call per step
+(gradient, move, projection, clip, best-iterate record), nothing goes to numpy between steps, and each
+step function is traced once per input shape whatever eps, step size or clip range."""
+
+import keras
+import numpy as np
+import pytest
+
+import gradkit
+from gradkit import backend
+from gradkit.attacks import _engine, _geometry
+from gradkit.attacks._prepare import gradient_for, owner, step_for
+
+from conftest import BACKEND
+
+LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def cnn(seed=0):
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([
+        keras.Input((6, 6, 2)), keras.layers.Conv2D(4, 3, activation="relu"), keras.layers.Flatten(),
+        keras.layers.Dense(3),
+    ])  # fmt: skip
+    model.compile(loss=LOGITS_CE)
+    return model
+
+
+def data(n=20):
+    rng = np.random.RandomState(0)
+    return rng.uniform(size=(n, 6, 6, 2)).astype("float32"), rng.randint(0, 3, n)
+
+
+def numpy_pgd(model, x, y, eps, eps_step, steps, norm):
+    """Classic PGD (keep="last", no random start) with gradkit's numpy geometry and InputGradient."""
+    x_adv = x.copy()
+    for _ in range(steps):
+        g = gradkit.input_gradient(model, x_adv, y, loss=LOGITS_CE)
+        moved = x_adv + np.float32(eps_step) * _geometry.direction(g, norm)
+        x_adv = _geometry.project_and_clip(moved, x, eps, norm, (0.0, 1.0))
+    return x_adv
+
+
+@pytest.mark.parametrize("norm", [np.inf, 2])
+def test_device_steps_equal_the_numpy_loop(norm):
+    model, (x, y) = cnn(), data()
+    eps = 0.1 if norm == np.inf else 0.5
+    adv = gradkit.bim(
+        model, x, y, eps=eps, eps_step=eps / 4, steps=6, norm=norm, clip_values=(0, 1), keep="last"
+    )
+    np.testing.assert_allclose(adv, numpy_pgd(model, x, y, eps, eps / 4, 6, norm), atol=2e-6)
+
+
+def test_one_trace_per_input_shape_for_any_eps_step_and_range():
+    model, (x, y) = cnn(), data()
+    for eps, clip in [(0.05, (0, 1)), (0.1, (0, 1)), (0.3, (-1, 2))]:
+        gradkit.pgd(model, x, y, eps=eps, eps_step=eps / 3, steps=3, clip_values=clip, seed=0)
+    grad = gradient_for(model)
+    step = step_for(owner(model), grad, loss=None, objective="loss_sum", targeted=False, output=None,
+                    batch_size=None)  # fmt: skip
+    assert list(step._fn.steps.values())[0].trace_count == 1 and len(step._fn.steps) == 1
+    assert step.trace_count == 1  # the step is the attack's only compiled call
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="jax.transfer_guard is JAX's")
+def test_jax_pgd_steps_make_no_host_transfer(monkeypatch):
+    import jax
+
+    model, (x, y) = cnn(), data()
+    guarded = []
+    advance = _engine.advance
+
+    def checked(step, variables, state, fixed, n_steps):
+        state = advance(step, variables, state, fixed, 1)  # the first call compiles
+        with jax.transfer_guard("disallow"):
+            state = advance(step, variables, state, fixed, n_steps - 1)
+            guarded.append(n_steps - 1)
+        return state
+
+    monkeypatch.setattr(_engine, "advance", checked)
+    for norm in (np.inf, 2):
+        adv = gradkit.pgd(model, x, y, eps=0.2, eps_step=0.05, steps=8, norm=norm, clip_values=(0, 1), seed=0)
+        assert np.all(np.isfinite(adv))
+    assert guarded == [8, 8]  # 8 steps + the evaluation of the last iterate, 8 of them guarded
+
+
+@pytest.mark.skipif(BACKEND == "jax", reason="JAX: checked with jax.transfer_guard")
+def test_numpy_conversions_do_not_grow_with_steps(monkeypatch):
+    model, (x, y) = cnn(), data()
+    calls = []
+    to_numpy, convert = backend.to_numpy, keras.ops.convert_to_numpy
+    monkeypatch.setattr(backend, "to_numpy", lambda t: calls.append(1) or to_numpy(t))
+    monkeypatch.setattr(keras.ops, "convert_to_numpy", lambda t: calls.append(1) or convert(t))
+    counts = []
+    for steps in (2, 12):
+        calls.clear()
+        gradkit.pgd(model, x, y, eps=0.2, eps_step=0.05, steps=steps, clip_values=(0, 1), seed=0)
+        counts.append(len(calls))
+    assert counts[0] == counts[1] and counts[0] <= 2, counts
