@@ -92,8 +92,8 @@ def test_numpy_conversions_do_not_grow_with_steps(monkeypatch):
     monkeypatch.setattr(backend, "to_numpy", lambda t: calls.append(1) or to_numpy(t))
     monkeypatch.setattr(keras.ops, "convert_to_numpy", lambda t: calls.append(1) or convert(t))
     counts = []
-    for steps in (2, 12):
+    for steps in (2, 2, 12):  # the first attack on a model also builds what later ones reuse
         calls.clear()
         gradkit.pgd(model, x, y, eps=0.2, eps_step=0.05, steps=steps, clip_values=(0, 1), seed=0)
         counts.append(len(calls))
-    assert counts[0] == counts[1] and counts[0] <= 2, counts
+    assert counts[1] == counts[2] == 1, counts  # the result, read back once
