@@ -97,3 +97,38 @@ def test_numpy_conversions_do_not_grow_with_steps(monkeypatch):
         gradkit.pgd(model, x, y, eps=0.2, eps_step=0.05, steps=steps, clip_values=(0, 1), seed=0)
         counts.append(len(calls))
     assert counts[1] == counts[2] == 1, counts  # the result, read back once
+
+
+@pytest.mark.parametrize(
+    "loss, norm, targeted", [("ce", np.inf, False), ("dlr", 2, False), ("ce", np.inf, True)]
+)
+def test_device_apgd_equals_the_numpy_core(loss, norm, targeted):
+    """The engine's APGD against `apgd_core` (the numpy reference) on the same objective: same examples,
+    same successes, same count of gradient rows (the early stop of succeeded rows kept)."""
+    from gradkit.attacks._apgd import apgd_core
+    from gradkit.attacks._apgd_device import apgd_device
+    from gradkit.attacks._session import Session
+
+    model, (x, y) = cnn(1), data(24)
+    y = gradkit.attacks.predict_labels(gradient_for(model), x)
+    eps = 0.05 if norm == np.inf else 0.4
+    session = Session(model, x, y, eps=eps, norm=norm, clip_values=(0, 1), batch_size=None, output=None,
+                      loss=loss, objective="loss_sum", targeted=targeted)  # fmt: skip
+    targets = (y + 1) % 3 if targeted else None
+
+    def step(xs, labels, targets):  # as APGD-T: success is any misclassification
+        values, predictions, grad = session.step(xs, labels, targets)
+        return (
+            values,
+            predictions if targets is None else np.where(predictions != labels, targets, labels),
+            grad,
+        )
+
+    ref, ref_hit, _, _ = apgd_core(step, session.x0, session.labels, eps=eps, norm=norm, steps=12,
+                                   clip_values=(0, 1), rng=3, targets=targets)  # fmt: skip
+    expected, session.n_gradients = session.n_gradients, 0
+    adv, hit = apgd_device(session, session.x0, session.labels, targets, steps=12, rng=3, rho=0.75)
+    assert 0 < ref_hit.sum() < len(x)  # some rows stop early, some run to the end
+    np.testing.assert_array_equal(hit, ref_hit)
+    np.testing.assert_allclose(adv, ref, atol=1e-5)
+    assert session.n_gradients == expected

@@ -24,6 +24,11 @@ def scalar(value):
     return backend.to_tensor(np.asarray(value, np.float32))
 
 
+def scalar_int(value):
+    """An int32 scalar tensor (a counter of the state)."""
+    return backend.to_tensor(np.asarray(value, np.int32))
+
+
 def rows_mask(mask, a):
     """`mask` `(n,)` reshaped to broadcast against `a` `(n, ...)`."""
     return ops.reshape(mask, (-1,) + (1,) * (len(a.shape) - 1))
@@ -39,7 +44,7 @@ def to_host(structure, rows):
     return tree.map_structure(lambda t: backend.to_numpy(t)[:rows], structure)
 
 
-def run(objective, step, labels, targets, constants, init, n_steps, finish):
+def run(objective, step, labels, targets, constants, init, n_steps, finish, done=None):
     """Runs an attack batch by batch: `finish(state, rows)` of each batch's state after `n_steps`.
 
     Args:
@@ -48,8 +53,10 @@ def run(objective, step, labels, targets, constants, init, n_steps, finish):
         labels, targets: int32 `(n,)` numpy; targets None for an untargeted objective.
         constants: dict of scalar tensors added to `fixed` (eps, step size, ...).
         init: `init(start, stop, pad) -> state`, the batch's initial state on the device.
-        n_steps: compiled steps per batch.
+        n_steps: compiled steps per batch: an int, or the steps between checkpoints (a list of ints).
         finish: `finish(state, rows) -> numpy result` of a batch (the only read back to the host).
+        done: None, or `done(state) -> bool` read at each checkpoint (a per-sample flag reduced on
+            the device, one value to the host): True ends the batch's steps there.
 
     Returns:
         The per-batch results of `finish`, in row order.
@@ -58,7 +65,11 @@ def run(objective, step, labels, targets, constants, init, n_steps, finish):
     results = []
     for start, stop, pad, y, weights in parts:
         fixed = dict(constants, y=y, weights=weights)
-        state = advance(step, (trainables, non_trainables), init(start, stop, pad), fixed, n_steps)
+        state = init(start, stop, pad)
+        for length in [n_steps] if isinstance(n_steps, int) else n_steps:
+            state = advance(step, (trainables, non_trainables), state, fixed, length)
+            if done is not None and done(state):
+                break
         results.append(finish(state, stop - start))
     return results
 
