@@ -63,25 +63,26 @@ def test_one_trace_per_input_shape_for_any_eps_step_and_range():
 
 
 @pytest.mark.skipif(BACKEND != "jax", reason="jax.transfer_guard is JAX's")
-def test_jax_pgd_steps_make_no_host_transfer(monkeypatch):
+def test_jax_steps_between_checkpoints_make_no_host_transfer(monkeypatch):
     import jax
 
     model, (x, y) = cnn(), data()
-    guarded = []
-    advance = _engine.advance
+    guarded, advance = [], _engine.advance
 
     def checked(step, variables, state, fixed, n_steps):
-        state = advance(step, variables, state, fixed, 1)  # the first call compiles
         with jax.transfer_guard("disallow"):
-            state = advance(step, variables, state, fixed, n_steps - 1)
-            guarded.append(n_steps - 1)
+            state = advance(step, variables, state, fixed, n_steps)
+        guarded.append(n_steps)
         return state
 
     monkeypatch.setattr(_engine, "advance", checked)
     for norm in (np.inf, 2):
         adv = gradkit.pgd(model, x, y, eps=0.2, eps_step=0.05, steps=8, norm=norm, clip_values=(0, 1), seed=0)
         assert np.all(np.isfinite(adv))
-    assert guarded == [8, 8]  # 8 steps + the evaluation of the last iterate, 8 of them guarded
+    assert guarded == [9, 9]  # 8 steps and the evaluation of the last iterate, compilation included
+    guarded.clear()
+    gradkit.apgd(model, x, y, eps=0.02, steps=20, clip_values=(0, 1), seed=0)  # checkpoints 5, 9, 12, ...
+    assert sum(guarded) >= 10 and len(guarded) >= 4
 
 
 @pytest.mark.skipif(BACKEND == "jax", reason="JAX: checked with jax.transfer_guard")
@@ -97,6 +98,12 @@ def test_numpy_conversions_do_not_grow_with_steps(monkeypatch):
         gradkit.pgd(model, x, y, eps=0.2, eps_step=0.05, steps=steps, clip_values=(0, 1), seed=0)
         counts.append(len(calls))
     assert counts[1] == counts[2] == 1, counts  # the result, read back once
+    counts.clear()
+    for steps in (10, 40):  # the same 8 checkpoints (w_j = ceil(p_j * steps), distinct)
+        calls.clear()
+        gradkit.apgd(model, x, y, eps=0.001, steps=steps, clip_values=(0, 1), seed=0)
+        counts.append(len(calls))
+    assert counts[0] == counts[1] <= 8 + 4, counts  # a flag per checkpoint, the result, the count
 
 
 @pytest.mark.parametrize(
@@ -111,7 +118,7 @@ def test_device_apgd_equals_the_numpy_core(loss, norm, targeted):
 
     model, (x, y) = cnn(1), data(24)
     y = gradkit.attacks.predict_labels(gradient_for(model), x)
-    eps = 0.05 if norm == np.inf else 0.4
+    eps = 0.05 if norm == np.inf else 0.15
     session = Session(model, x, y, eps=eps, norm=norm, clip_values=(0, 1), batch_size=None, output=None,
                       loss=loss, objective="loss_sum", targeted=targeted)  # fmt: skip
     targets = (y + 1) % 3 if targeted else None
@@ -130,5 +137,6 @@ def test_device_apgd_equals_the_numpy_core(loss, norm, targeted):
     adv, hit = apgd_device(session, session.x0, session.labels, targets, steps=12, rng=3, rho=0.75)
     assert 0 < ref_hit.sum() < len(x)  # some rows stop early, some run to the end
     np.testing.assert_array_equal(hit, ref_hit)
-    np.testing.assert_allclose(adv, ref, atol=1e-5)
+    # L2: the per-sample norms are sums in another order than numpy's (float32 rounding, through momentum)
+    np.testing.assert_allclose(adv, ref, atol=1e-5 if norm == np.inf else 1e-4)
     assert session.n_gradients == expected
