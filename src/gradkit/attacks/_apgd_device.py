@@ -60,7 +60,7 @@ def _checkpoint(state, fixed, active):
 
 def _propose(state, fixed, norm, bounds, active):
     """`x_{k+1}` on the rows `active`: a projected step of size eta along dir(g), the momentum mix."""
-    x, x0 = state["x"], state["x0"]
+    x, x0 = state["x"], fixed["x0"]
     eta = ops.cast(_rows(state["eta"], x), x.dtype)
     z = geometry.project_and_clip_tensor(x + eta * geometry.direction_tensor(state["grad"], norm), x0,
                                          fixed["eps"], norm, bounds)  # fmt: skip
@@ -108,12 +108,13 @@ def _schedule(steps):
 
 
 def _init(objective, x_start, x0, n, eps):
-    """`init(start, stop, pad)`: a batch's state before the evaluation of its start point."""
+    """`init(start, stop, pad) -> (state, {"x0": clean rows})`: a batch's state before the evaluation of
+    its start point, and its clean input (a constant of the step)."""
     per_row = dict(
         values=np.zeros(n, np.float32), best_values=np.full(n, -np.inf, np.float32),
         best_at_check=np.zeros(n, np.float32), eta=np.full(n, 2.0 * eps, np.float32),
         n_increases=np.zeros(n, np.int32), success=np.zeros(n, bool), reduced=np.ones(n, bool),
-        active=np.ones(n, bool), x0=x0, best_grad=np.zeros_like(x_start),
+        active=np.ones(n, bool), best_grad=np.zeros_like(x_start),
     )  # fmt: skip
 
     def init(start, stop, pad):
@@ -123,7 +124,7 @@ def _init(objective, x_start, x0, n, eps):
         counters = dict(k=-1, last_mark=0, n_evaluated=0)
         state.update({key: engine.scalar_int(v) for key, v in counters.items()})
         state["mark"] = backend.to_tensor(np.asarray(False))
-        return state
+        return state, {"x0": objective.batch_rows(x0, start, stop, pad)}
 
     return init
 
@@ -147,8 +148,8 @@ def apgd_device(session, x0, labels, targets, *, steps, rng, rho, momentum=0.75)
     init = _init(objective, start, x0, len(labels), eps)
     adv, success = [], []
     for first, stop, pad, y, weights in parts:
-        fixed = dict(constants, y=y, weights=weights)
-        state = init(first, stop, pad)
+        state, constant = init(first, stop, pad)
+        fixed = dict(constants, y=y, weights=weights, **constant)
         for plain, marked in _schedule(steps):
             state = engine.advance(step, (trainables, non_trainables), state, fixed, plain)
             if marked:

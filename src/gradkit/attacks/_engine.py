@@ -1,6 +1,7 @@
 """The attack engine: an attack's state as a dict of backend tensors, advanced by one compiled step.
 
-An attack family writes its state (the iterate `x`, the clean input `x0`, its records) and a pure
+An attack family writes its state (the iterate `x`, its records; the clean input `x0` goes with the
+constants) and a pure
 `update(state, (values, logits), grad, fixed) -> state` in `keras.ops`; `AttackGradient.step_function`
 compiles the gradient of the objective and that update into one call (`backend.compile_step`: `jax.jit`,
 one `tf.function`, or PyTorch's traced gradient and an eager update). The Python loop only calls the
@@ -44,7 +45,7 @@ def to_host(structure, rows):
     return tree.map_structure(lambda t: backend.to_numpy(t)[:rows], structure)
 
 
-def run(objective, step, labels, targets, constants, init, n_steps, finish, done=None):
+def run(objective, step, labels, targets, constants, init, n_steps, finish):
     """Runs an attack batch by batch: `finish(state, rows)` of each batch's state after `n_steps`.
 
     Args:
@@ -52,11 +53,11 @@ def run(objective, step, labels, targets, constants, init, n_steps, finish, done
         step: the compiled step (`AttackGradient.step_function`).
         labels, targets: int32 `(n,)` numpy; targets None for an untargeted objective.
         constants: dict of scalar tensors added to `fixed` (eps, step size, ...).
-        init: `init(start, stop, pad) -> state`, the batch's initial state on the device.
-        n_steps: compiled steps per batch: an int, or the steps between checkpoints (a list of ints).
+        init: `init(start, stop, pad) -> (state, constant)`: the batch's initial state on the device, and
+            its tensors that no step changes (the clean input), added to `fixed` (not carried in the
+            state: `jax.jit` copies every array it returns, even one it did not change).
+        n_steps: compiled steps per batch.
         finish: `finish(state, rows) -> numpy result` of a batch (the only read back to the host).
-        done: None, or `done(state) -> bool` read at each checkpoint (a per-sample flag reduced on
-            the device, one value to the host): True ends the batch's steps there.
 
     Returns:
         The per-batch results of `finish`, in row order.
@@ -64,12 +65,9 @@ def run(objective, step, labels, targets, constants, init, n_steps, finish, done
     (trainables, non_trainables), parts = objective.fixed(labels, targets)
     results = []
     for start, stop, pad, y, weights in parts:
-        fixed = dict(constants, y=y, weights=weights)
-        state = init(start, stop, pad)
-        for length in [n_steps] if isinstance(n_steps, int) else n_steps:
-            state = advance(step, (trainables, non_trainables), state, fixed, length)
-            if done is not None and done(state):
-                break
+        state, constant = init(start, stop, pad)
+        fixed = dict(constants, y=y, weights=weights, **constant)
+        state = advance(step, (trainables, non_trainables), state, fixed, n_steps)
         results.append(finish(state, stop - start))
     return results
 

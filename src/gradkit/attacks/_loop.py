@@ -118,7 +118,7 @@ def _pgd_update(step, norm, targeted, track, clip):
             moved = x + ops.cast(fixed["size"], x.dtype) * geometry.direction_tensor(g, norm)
             return geometry.project_and_clip_tensor(moved, x0, fixed["eps"], norm, bounds)
 
-        new["x"] = tree.map_structure(move, state["x"], state["x0"], grad)
+        new["x"] = tree.map_structure(move, state["x"], fixed["x0"], grad)
         return new
 
     return update
@@ -136,13 +136,13 @@ def _on_device(step, x_start, x0, labels, a):
     n = len(labels)
 
     def init(start, stop, pad):
-        state = {"x": step.batch_rows(x_start, start, stop, pad), "x0": step.batch_rows(x0, start, stop, pad)}
+        state = {"x": step.batch_rows(x_start, start, stop, pad)}
         if track:
             state["best"] = state["x"]
             state["value"] = step.batch_rows(np.full(n, -np.inf, np.float32), start, stop, pad)
             state["success"] = step.batch_rows(np.zeros(n, bool), start, stop, pad)
             state["record"] = backend.to_tensor(np.asarray(a["random_start"]))
-        return state
+        return state, {"x0": step.batch_rows(x0, start, stop, pad)}
 
     def finish(state, rows):
         return engine.to_host(state["best"] if track else state["x"], rows)
