@@ -135,7 +135,7 @@ def compile_step(objective, update):
         with torch.no_grad():
             return update(state, aux, grad, fixed)
 
-    call.trace_count = 0
+    call.trace_count, call.traced = 0, grad_fn.traced
     return call
 
 
