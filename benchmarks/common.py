@@ -13,11 +13,12 @@ import numpy as np
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.json")
 
 
-def alternating(fns, repeats=7, number=1):
+def alternating(fns, repeats=7, number=1, spread=False):
     """Times each callable in `fns` (dict name -> fn) round-robin, `repeats` rounds of `number` calls.
 
     Alternating the candidates inside one run makes their ratio robust to a noisy machine.
-    Returns dict name -> median seconds per call.
+    Returns dict name -> median seconds per call; with `spread=True`, also dict name -> max / min time
+    over the rounds.
     """
     times = {name: [] for name in fns}
     for _ in range(repeats):
@@ -26,7 +27,10 @@ def alternating(fns, repeats=7, number=1):
             for _ in range(number):
                 fn()
             times[name].append((time.perf_counter() - start) / number)
-    return {name: float(np.median(t)) for name, t in times.items()}
+    medians = {name: float(np.median(t)) for name, t in times.items()}
+    if spread:
+        return medians, {name: float(max(t) / min(t)) for name, t in times.items()}
+    return medians
 
 
 def machine():

@@ -1,9 +1,12 @@
-"""GPU benchmark (issue 7): FGSM and PGD-10 on a 5-model ensemble of small ResNets, 32x32x3, batch 1024.
+"""GPU benchmark (issues 7, 33): FGSM, PGD-10, APGD-CE and Square on a 5-model ensemble of small ResNets,
+32x32x3, batch 1024.
 
 Self-contained: builds random-weight models (speed does not depend on the weights), runs each backend
 in its own process (JAX and PyTorch by default), and writes JSON. For each backend it reports images per
-second of gradkit's FGSM and PGD-10, and their ratio to the bare compiled forward+backward of the same
-five models on the same batch (one gradient call for FGSM, ten for PGD-10; goal <= 1.15).
+second of gradkit's FGSM, PGD-10, APGD-CE (10 steps) and Square (100 queries, forward passes only), and
+the ratio of the gradient attacks to the bare compiled forward+backward of the same five models on the
+same batch (one gradient call for FGSM, ten for PGD-10, eleven for APGD-CE's ten steps and start point;
+goal <= 1.15, issue 33). The attacks keep their state on the device between steps (`attacks/_engine.py`).
 
     python benchmarks/gpu.py --out benchmarks/gpu_results.json            # on a GPU machine
     python benchmarks/gpu.py --quick                                      # tiny sizes, CPU smoke test
@@ -74,6 +77,10 @@ runs = {
     "fgsm": lambda: gradkit.fgsm(ensemble, x, y, eps=8 / 255, clip_values=(0, 1)),
     "pgd10": lambda: gradkit.pgd(ensemble, x, y, eps=8 / 255, eps_step=2 / 255, steps=10,
                                  clip_values=(0, 1), random_start=False),
+    "apgd_ce10": lambda: gradkit.apgd(ensemble, x, y, eps=8 / 255, steps=10, clip_values=(0, 1), seed=0,
+                                      batch_size=n),
+    "square100": lambda: gradkit.square(ensemble, x, y, eps=8 / 255, n_queries=100, clip_values=(0, 1),
+                                        seed=0, batch_size=n),
 }
 for fn in runs.values():
     fn()  # compile
@@ -102,6 +109,10 @@ print("RESULT" + json.dumps({
     "pgd10_images_per_s": n / med["pgd10"],
     "fgsm_over_bare": med["fgsm"] / med["bare_grad"],
     "pgd10_over_10_bare": med["pgd10"] / (10 * med["bare_grad"]),
+    "apgd_ce10_images_per_s": n / med["apgd_ce10"],
+    "apgd_ce10_over_11_bare": med["apgd_ce10"] / (11 * med["bare_grad"]),
+    "square100_images_per_s": n / med["square100"],
+    "square100_ms_per_query": 1e3 * med["square100"] / 100,
 }))
 """
 

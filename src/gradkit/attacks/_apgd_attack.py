@@ -4,7 +4,7 @@ import numpy as np
 
 from gradkit import _checks
 from gradkit.attacks import _geometry as geometry
-from gradkit.attacks._apgd import apgd_core
+from gradkit.attacks._apgd_device import apgd_device
 from gradkit.attacks._session import Session
 
 LOSSES = ("ce", "dlr")
@@ -41,22 +41,14 @@ def apgd_run(model, x, y=None, *, eps, norm=np.inf, steps=100, loss="ce", target
         ranks = session.top_classes(min(n_target_classes, session.n_classes - 1))  # never the label
         targets = [ranks[:, j] for j in range(ranks.shape[1])]
     rng, tried = np.random.default_rng(seed), np.zeros(len(session.labels), bool)
-
-    def step(xs, labels, targets):  # APGD-T succeeds on any misclassification, as in AutoAttack
-        values, predictions, grad = session.step(xs, labels, targets)
-        if targets is not None:
-            predictions = np.where(predictions != labels, targets, labels)
-        return values, predictions, grad
-
     for group in _groups(targets, len(session.labels), session.x0[0].size):
         for _ in range(n_restarts):
             todo = np.flatnonzero(~success)
             if not len(todo):
                 return geometry.inside(x_adv, session.x0, session.eps, session.norm), success, session
             rows = np.tile(todo, len(group))  # target-major: the rows of target j are rows j*m:(j+1)*m
-            adv, hit, _, _ = apgd_core(
-                step, session.x0[rows], session.labels[rows], eps=session.eps, norm=session.norm,
-                steps=steps, clip_values=session.clip_values, rng=rng, rho=rho,
+            adv, hit = apgd_device(  # APGD-T succeeds on any misclassification, as in AutoAttack
+                session, session.x0[rows], session.labels[rows], steps=steps, rng=rng, rho=rho,
                 targets=None if group[0] is None else np.concatenate([t[todo] for t in group]),
             )  # fmt: skip
             adv, hit = adv.reshape((len(group), len(todo)) + adv.shape[1:]), hit.reshape(len(group), -1)

@@ -3,10 +3,15 @@ around the clean input, clipping to the valid range, and uniform random starts.
 
 Every function works on one numpy array (one input of the model) with the batch on axis 0; norms are
 per sample. The projection is done before the clipping (as foolbox does); both keep every coordinate
-between x0 and the proposed point, so the result lies in the ball and in the box.
+between x0 and the proposed point, so the result lies in the ball and in the box. The `*_tensor`
+functions are the same rules in `keras.ops` on backend tensors, for the steps compiled whole
+(`_engine.py`): the state of an attack stays on the device between steps.
 """
 
+import math
+
 import numpy as np
+from keras import ops
 
 from gradkit import _checks
 
@@ -106,3 +111,31 @@ def random_start(x0, eps, norm, rng):
         u /= np.maximum(np.linalg.norm(u, axis=1, keepdims=True), TINY)
         delta = (u * (eps * rng.uniform(size=(n, 1)) ** (1.0 / d))).reshape(x0.shape)
     return x0 + delta.astype(x0.dtype)
+
+
+def per_sample_norm_tensor(a):
+    """`per_sample_norm` of a backend tensor, shaped `(n, 1, ..., 1)`."""
+    norms = ops.sqrt(ops.sum(ops.square(ops.reshape(a, (-1, math.prod(a.shape[1:])))), axis=1))
+    return ops.reshape(norms, (-1,) + (1,) * (len(a.shape) - 1))
+
+
+def direction_tensor(g, norm):
+    """`direction` on a backend tensor: sign(g) for Linf, g / ||g||_2 per sample for L2."""
+    if norm == np.inf:
+        return ops.sign(g)
+    return g / ops.maximum(per_sample_norm_tensor(g), TINY)
+
+
+def project_and_clip_tensor(x, x0, eps, norm, bounds):
+    """`project_and_clip` on backend tensors: `eps` a scalar tensor, `bounds` None or `(lo, hi)` scalar
+    tensors (arguments of the compiled step, so that another eps or range reuses its trace)."""
+    eps = ops.cast(eps, x.dtype)
+    delta = x - x0
+    if norm == np.inf:
+        delta = ops.clip(delta, -eps, eps)
+    else:
+        delta = delta * ops.minimum(1.0, eps / ops.maximum(per_sample_norm_tensor(delta), TINY))
+    x = x0 + delta
+    if bounds is not None:
+        x = ops.clip(x, ops.cast(bounds[0], x.dtype), ops.cast(bounds[1], x.dtype))
+    return x

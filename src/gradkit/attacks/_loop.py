@@ -3,8 +3,11 @@
 Start at the clean input x0 (or at a random point of the eps-ball around it), then `steps` times: take
 the input gradient of the objective, move `eps_step` along its sign (Linf) or its per-sample unit-L2
 direction (L2), project onto the eps-ball around the CLEAN input x0 and clip to `clip_values`
-(`_geometry.py`). Each step is one compiled call for all ensemble members; the step loop stays in
-Python, since a loop of compiled steps measured 7.5x faster on CPU than one fused `jax.lax.fori_loop`.
+(`_geometry.py`). Each step is one compiled call for all ensemble members that also does the move, the
+projection, the clip and the best-iterate record on the device (`_engine.py`): nothing returns to numpy
+between steps. The step loop stays in Python, since a loop of compiled steps measured 7.5x faster on
+CPU than one fused `jax.lax.fori_loop`. (A regression loss, or an ensemble with normalize_gradients,
+has no classifier objective: its loop takes `InputGradient`'s numpy gradients.)
 
 Success is judged on the model's real decision rule (argmax; an ensemble's weighted hard vote) at every
 iterate, from the logits the step call returns anyway: with `keep="first_success"` each sample keeps the
@@ -13,35 +16,15 @@ Pintor et al. 2022 is never lost). `keep="last"` returns the last iterate, as cl
 """
 
 import numpy as np
-from keras import tree
+from keras import ops, tree
 
-from gradkit import _checks
+from gradkit import _checks, backend
+from gradkit.attacks import _engine as engine
 from gradkit.attacks import _geometry as geometry
 from gradkit.attacks._prepare import gradient_for, prepare, step_for
 
 SINGLE_STEP = object()  # `eps_step` of FGSM: one step of size eps (a user's None is still rejected)
 KEEP = ("first_success", "last")
-
-
-class BestIterate:
-    """Per sample: the first iterate that fooled the decision rule, else the one with the best objective."""
-
-    def __init__(self, x0, n):
-        self.x = tree.map_structure(np.copy, x0)
-        self.success = np.zeros(n, bool)
-        self.value = np.full(n, -np.inf)
-
-    def update(self, x, values, success):
-        """Records iterate `x` with its objective `values` `(n,)` and `success` `(n,)` bool."""
-        take = (success & ~self.success) | (~self.success & ~success & (values > self.value))
-        self.value = np.where(take, values, self.value)
-        self.success |= success
-        if take.any():
-            self.x = tree.map_structure(lambda b, a: np.where(_rows(take, a), a, b), self.x, x)
-
-
-def _rows(mask, a):
-    return mask.reshape((-1,) + (1,) * (a.ndim - 1))
 
 
 def _check(eps, eps_step, steps, norm, clip_values, targeted, random_start, seed, keep, batch_size):
@@ -95,25 +78,75 @@ def _start(x0, a):
 
 
 def _iterate(grad, step, x0, labels, n, a):
+    if step is not None:
+        return _on_device(step, _start(x0, a), x0, labels, a)
     x_adv = _start(x0, a)
     eps, norm, clip_values = a["eps"], a["norm"], a["clip_values"]
-    size = -a["eps_step"] if a["targeted"] and step is None else a["eps_step"]  # step maximizes its objective
-    track = step is not None and a["keep"] == "first_success"
-    best = BestIterate(x_adv, n) if track else None
+    size = -a["eps_step"] if a["targeted"] else a["eps_step"]  # a targeted attack descends the loss
     weights = np.ones(n, np.float32)
 
     def update(xa, x, g):
         moved = xa + x.dtype.type(size) * geometry.direction(g, norm)
         return geometry.project_and_clip(moved, x, eps, norm, clip_values)
 
-    for i in range(a["steps"] + int(track)):
-        if step is None:
-            g = grad.compute(x_adv, labels, weights, n)
-        else:
-            values, logits, g = step(x_adv, labels, labels if a["targeted"] else None)
-            if track and (i > 0 or a["random_start"]):  # the clean start is no attack's work
-                decided = step.decide(logits)
-                best.update(x_adv, values, decided == labels if a["targeted"] else decided != labels)
-        if i < a["steps"]:
-            x_adv = tree.map_structure(update, x_adv, x0, g)
-    return best.x if track else x_adv
+    for _ in range(a["steps"]):
+        x_adv = tree.map_structure(update, x_adv, x0, grad.compute(x_adv, labels, weights, n))
+    return x_adv
+
+
+def _pgd_update(step, norm, targeted, track, clip):
+    """The device step's update: record the iterate the gradient was taken at (first success, else
+    the best objective; not the clean start), then move, project onto the ball and clip."""
+
+    def update(state, aux, grad, fixed):
+        values, logits = aux
+        new = dict(state)
+        if track:
+            decided = step.decide_tensor(logits, fixed["weights"]["alpha"])
+            hit = decided == fixed["y"][0] if targeted else decided != fixed["y"][0]
+            record, old = state["record"], state["success"]
+            hit = ops.logical_and(hit, record)
+            higher = ops.logical_and(ops.logical_not(ops.logical_or(old, hit)), values > state["value"])
+            take = ops.logical_and(record, ops.logical_or(ops.logical_and(hit, ops.logical_not(old)), higher))
+            new["value"] = ops.where(take, values, state["value"])
+            new["success"] = ops.logical_or(old, hit)
+            new["best"] = engine.select_rows(take, state["x"], state["best"])
+            new["record"] = ops.ones_like(record)
+        bounds = (fixed["lo"], fixed["hi"]) if clip else None
+
+        def move(x, x0, g):
+            moved = x + ops.cast(fixed["size"], x.dtype) * geometry.direction_tensor(g, norm)
+            return geometry.project_and_clip_tensor(moved, x0, fixed["eps"], norm, bounds)
+
+        new["x"] = tree.map_structure(move, state["x"], fixed["x0"], grad)
+        return new
+
+    return update
+
+
+def _on_device(step, x_start, x0, labels, a):
+    """The loop of compiled steps (`_engine.py`); with `keep="first_success"` one more step evaluates
+    the last iterate (its move is not used)."""
+    norm, targeted, clip = a["norm"], a["targeted"], a["clip_values"] is not None
+    track = a["keep"] == "first_success"
+    update = _pgd_update(step, norm, targeted, track, clip)
+    compiled = step.step_function("pgd", update, norm=norm, targeted=targeted, track=track, clip=clip)
+    lo, hi = a["clip_values"] or (0.0, 0.0)
+    constants = {k: engine.scalar(v) for k, v in dict(eps=a["eps"], size=a["eps_step"], lo=lo, hi=hi).items()}
+    n = len(labels)
+
+    def init(start, stop, pad):
+        state = {"x": step.batch_rows(x_start, start, stop, pad)}
+        if track:
+            state["best"] = state["x"]
+            state["value"] = step.batch_rows(np.full(n, -np.inf, np.float32), start, stop, pad)
+            state["success"] = step.batch_rows(np.zeros(n, bool), start, stop, pad)
+            state["record"] = backend.to_tensor(np.asarray(a["random_start"]))
+        return state, {"x0": step.batch_rows(x0, start, stop, pad)}
+
+    def finish(state, rows):
+        return engine.to_host(state["best"] if track else state["x"], rows)
+
+    parts = engine.run(step, compiled, labels, labels if targeted else None, constants, init,
+                       a["steps"] + int(track), finish)  # fmt: skip
+    return tree.map_structure(lambda *p: np.concatenate(p), *parts)

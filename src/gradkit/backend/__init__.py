@@ -17,6 +17,10 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   callable has `bind(trainable, non_trainable, y, weights)`, which returns `f(x)` for one tensor `x`
   with the other arguments fixed (on PyTorch flattened once, for the thousands of calls of a
   score-based attack on the same rows).
+- `compile_step(objective, update)`: one attack step compiled whole, `call(trainable, non_trainable,
+  state, fixed) -> state`: the gradient of `objective(trainable, non_trainable, state["x"], fixed["y"],
+  fixed["weights"]) -> (loss, aux)` w.r.t. `state["x"]`, then `update(state, aux, grad, fixed)`; the
+  state (a dict of tensors) stays on the device between steps (`gradkit.attacks`' engine).
 - `compile_grad(..., has_aux=True)`: `fn` returns `(loss, aux)`; the call returns `((loss, aux), grads)`.
 - `stateless_call(model, trainable, non_trainable, *args, **kwargs)`: `model.stateless_call` where
   every layer reads the values given, also the parameters of a `torch.nn.Module` wrapped in
@@ -83,6 +87,7 @@ EAGER = _impl.EAGER
 ROW_QUANTUM = _impl.ROW_QUANTUM
 compile_grad = _impl.compile_grad
 compile_forward = _impl.compile_forward
+compile_step = _impl.compile_step
 quiet_retracing = _impl.quiet_retracing
 set_random_seed = _impl.set_random_seed
 enable_determinism = _impl.enable_determinism
@@ -115,6 +120,7 @@ __all__ = [
     "compile_forward",
     "compile_grad",
     "cond",
+    "compile_step",
     "quiet_retracing",
     "set_random_seed",
     "stateless_call",

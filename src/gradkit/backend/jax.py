@@ -3,71 +3,21 @@
 import jax
 import jax.numpy as jnp
 import keras
-from jax.extend.core import Literal
 
 from gradkit.backend._common import bind_all_but_x, quiet_retracing, set_random_seed, stateless_call  # noqa: F401
 from gradkit.backend._common import xla_determinism as enable_determinism  # noqa: F401
+from gradkit.backend._jax_connected import check_connected as _check_connected
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
 from gradkit.backend._weight_stats import cond, stats_builder  # noqa: F401
-from gradkit.errors import DisconnectedGradientError
 
 ROW_QUANTUM = None  # None: rows are padded to the batch size or the next power of two (traces are costly)
 EAGER = False
-
-# Primitives whose derivative is zero everywhere: a loss reached only through them does not depend on
-# its inputs in any useful way (TensorFlow returns None for them; JAX returns zeros silently).
-_ZERO_DERIVATIVE = {
-    "argmax", "argmin", "round", "floor", "ceil", "sign", "eq", "ne", "lt", "le", "gt", "ge",
-    "and", "or", "not", "xor", "is_finite", "stop_gradient",
-}  # fmt: skip
 
 
 def variable_values(variables, differentiable=False):
     """The current values of Keras variables as JAX arrays."""
     del differentiable
     return [v.value for v in variables]
-
-
-def _float(var):
-    aval = getattr(var, "aval", None)
-    return aval is not None and jnp.issubdtype(aval.dtype, jnp.inexact)
-
-
-def _subjaxprs(eqn):
-    for param in eqn.params.values():
-        for item in param if isinstance(param, (list, tuple)) else (param,):
-            inner = getattr(item, "jaxpr", item)
-            if hasattr(inner, "eqns"):
-                yield inner
-
-
-def _connected(jaxpr, live):
-    """Which outputs of `jaxpr` depend differentiably on the invars flagged in `live`."""
-    connected = {v for v, flag in zip(jaxpr.invars, live) if flag and _float(v)}
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name in _ZERO_DERIVATIVE:
-            continue
-        inputs = [not isinstance(v, Literal) and v in connected for v in eqn.invars]
-        if not any(inputs):
-            continue
-        subs = list(_subjaxprs(eqn))
-        if len(subs) == 1 and len(subs[0].invars) == len(eqn.invars):
-            outs = _connected(subs[0], inputs)
-        else:
-            outs = [True] * len(eqn.outvars)
-        connected.update(v for v, flag in zip(eqn.outvars, outs) if flag and _float(v))
-    return [not isinstance(v, Literal) and v in connected for v in jaxpr.outvars]
-
-
-def _check_connected(fn, argnum, args):
-    closed = jax.make_jaxpr(fn)(*args)
-    leaves = [jax.tree_util.tree_leaves(a) for a in args]
-    live = [i == argnum for i, group in enumerate(leaves) for _ in group]
-    if not any(_connected(closed.jaxpr, live)):
-        raise DisconnectedGradientError(
-            "The loss does not depend on the values it is differentiated with respect to "
-            "(a step such as argmax, round or a comparison cuts the gradient)."
-        )
 
 
 def compile_grad(fn, wrt, per_output=False, has_aux=False):
@@ -101,6 +51,35 @@ def compile_grad(fn, wrt, per_output=False, has_aux=False):
             _check_connected(scalar, argnum, args)
             checked.add(key)
         return compiled(*args)
+
+    call.trace_count = 0
+    return call
+
+
+def compile_step(objective, update):
+    """Compile one attack step: `call(trainable, non_trainable, state, fixed) -> state`.
+
+    `objective(trainable, non_trainable, x, y, weights) -> (loss, aux)` is differentiated w.r.t.
+    `x = state["x"]` (`y = fixed["y"]`, `weights = fixed["weights"]`), then `update(state, aux, grad,
+    fixed)` gives the next state; both run inside one `jax.jit`, so the state stays on the device.
+    """
+
+    def step(trainable, non_trainable, state, fixed):
+        call.trace_count += 1
+        grad_fn = jax.value_and_grad(objective, argnums=2, has_aux=True)
+        (_, aux), grad = grad_fn(trainable, non_trainable, state["x"], fixed["y"], fixed["weights"])
+        return update(state, aux, grad, fixed)
+
+    compiled = jax.jit(step)
+    checked = set()
+
+    def call(trainable, non_trainable, state, fixed):
+        key = tuple((tuple(a.shape), str(a.dtype)) for a in jax.tree_util.tree_leaves(state["x"]))
+        if key not in checked:
+            args = (trainable, non_trainable, state["x"], fixed["y"], fixed["weights"])
+            _check_connected(lambda *a: objective(*a)[0], 2, args)
+            checked.add(key)
+        return compiled(trainable, non_trainable, state, fixed)
 
     call.trace_count = 0
     return call

@@ -120,6 +120,26 @@ def compile_grad(fn, wrt, per_output=False, has_aux=False):
     return call
 
 
+def compile_step(objective, update):
+    """One attack step: `call(trainable, non_trainable, state, fixed) -> state`.
+
+    The gradient of `objective(trainable, non_trainable, x, y, weights) -> (loss, aux)` w.r.t.
+    `x = state["x"]` comes from `compile_grad` (its traces, its checks); `update(state, aux, grad,
+    fixed)` then runs eagerly under `torch.no_grad` on the device's tensors (torch.compile measured
+    slower on CPU, see the module docstring). `trace_count` is that of the gradient.
+    """
+    grad_fn = compile_grad(objective, "x", has_aux=True)
+
+    def call(trainable, non_trainable, state, fixed):
+        (_, aux), grad = grad_fn(trainable, non_trainable, state["x"], fixed["y"], fixed["weights"])
+        call.trace_count = grad_fn.trace_count
+        with torch.no_grad():
+            return update(state, aux, grad, fixed)
+
+    call.trace_count, call.traced = 0, grad_fn.traced
+    return call
+
+
 def group_norms(grads, matrix, last):
     """`sqrt(matrix @ [|g_1|^2, ..., |g_n|^2, last])` for `grads` that need no autograd graph.
 

@@ -78,6 +78,7 @@ class AttackGradient:
         self._variable_lists = [(m.trainable_variables, m.non_trainable_variables) for m in models]
         self._fn = compiled(models, "attack", self._compile_grad, **key)
         self._forward_fn = compiled(models, "attack-forward", self._compile_forward, **key)
+        self._key = key
 
     def _compile_grad(self):
         return backend.compile_grad(self._objective, "x", has_aux=True)
@@ -104,7 +105,21 @@ class AttackGradient:
     def trace_count(self):
         """How many times the objective was traced (TF, JAX) or distinct input signatures seen (torch),
         with and without the gradient together."""
-        return self._fn.trace_count + self._forward_fn.trace_count
+        steps = getattr(self._fn, "steps", {})
+        return (
+            self._fn.trace_count + self._forward_fn.trace_count + sum(s.trace_count for s in steps.values())
+        )
+
+    def step_function(self, name, update, **static):
+        """The compiled attack step `call(trainables, non_trainables, state, fixed) -> state` of
+        `backend.compile_step` on this objective, with `update(state, (values, logits), grad, fixed)`,
+        built once per `(name, static)` for these members (kept with the objective's compiled gradient,
+        so new ensembles of the same members reuse it, and `trace_count` counts its traces)."""
+        key = (name, tuple(sorted((k, repr(v)) for k, v in static.items())))
+        steps = vars(self._fn).setdefault("steps", {})
+        if key not in steps:
+            steps[key] = backend.compile_step(self._objective, update)
+        return steps[key]
 
     def _variables(self):
         """The members' current variable values, split as when this objective was built (its compiled
@@ -112,7 +127,7 @@ class AttackGradient:
         trainables = [backend.variable_values(t) for t, _ in self._variable_lists]
         return trainables, [backend.variable_values(n) for _, n in self._variable_lists]
 
-    def _fixed(self, labels, targets, alphas):
+    def fixed(self, labels, targets=None, alphas=None):
         """What a call on these rows fixes besides `x`: `((trainables, non_trainables), parts)`, one part
         `(start, stop, pad, y, weights)` per batch, padded to `padded_size` rows (a bounded number of
         traces for any sequence of row counts)."""
@@ -129,14 +144,18 @@ class AttackGradient:
         return self._variables(), parts
 
     @staticmethod
-    def _x(x, start, stop, pad):
+    def batch_rows(x, start, stop, pad):
+        """Rows `start:stop` of `x` (numpy arrays, any structure) padded to `pad` rows, as backend
+        tensors sharded on the batch axis under an active `keras.distribution` (JAX)."""
         return backend.distribute_batch((take(x, start, stop, pad),))[0]
 
     def __call__(self, x, labels, targets=None, alphas=None):
-        (trainables, non_trainables), parts = self._fixed(labels, targets, alphas)
+        (trainables, non_trainables), parts = self.fixed(labels, targets, alphas)
         values, logits, grads = [], [], []
         for start, stop, pad, y, weights in parts:
-            (_, (v, z)), g = self._fn(trainables, non_trainables, self._x(x, start, stop, pad), y, weights)
+            (_, (v, z)), g = self._fn(
+                trainables, non_trainables, self.batch_rows(x, start, stop, pad), y, weights
+            )
             rows = stop - start
             values.append(backend.to_numpy(v)[:rows])
             logits.append(backend.to_numpy(z)[:, :rows])
@@ -153,14 +172,14 @@ class AttackGradient:
         `x` of `len(labels)` rows. The labels, row weights, ensemble weights and the members' variable
         values are converted once, when binding (the Square Attack queries the same rows thousands of
         times; the model must not change while a bound forward is used)."""
-        (trainables, non_trainables), parts = self._fixed(labels, targets, alphas)
+        (trainables, non_trainables), parts = self.fixed(labels, targets, alphas)
         calls = [(start, stop, pad, self._forward_fn.bind(trainables, non_trainables, y, weights))
                  for start, stop, pad, y, weights in parts]  # fmt: skip
 
         def bound(x):
             values, logits = [], []
             for start, stop, pad, fn in calls:
-                v, z = fn(self._x(x, start, stop, pad))
+                v, z = fn(self.batch_rows(x, start, stop, pad))
                 values.append(backend.to_numpy(v)[: stop - start])
                 logits.append(backend.to_numpy(z)[:, : stop - start])
             if len(calls) == 1:
@@ -168,6 +187,18 @@ class AttackGradient:
             return np.concatenate(values).astype(np.float64), np.concatenate(logits, axis=1)
 
         return bound
+
+    def decide_tensor(self, logits, alphas):
+        """`decide` on backend tensors, inside a compiled step: member logits `(K, n, C)` and the
+        weights `alphas` `(K,)` give the decision `(n,)` int32 (argmax; the weighted hard vote, ties to
+        the lower class id)."""
+        ids = keras.ops.argmax(logits, axis=-1)
+        if logits.shape[0] == 1:
+            return keras.ops.cast(ids[0], "int32")
+        classes = keras.ops.arange(logits.shape[-1], dtype=ids.dtype)  # no one_hot: its range check syncs
+        votes = keras.ops.cast(keras.ops.expand_dims(ids, -1) == classes, alphas.dtype)
+        votes = votes * keras.ops.reshape(alphas, (-1, 1, 1))
+        return keras.ops.cast(keras.ops.argmax(keras.ops.sum(votes, axis=0), axis=-1), "int32")
 
     def decide(self, logits):
         """The real decision `(n,)` int64 from member logits `(K, n, C)`: argmax for one model, the

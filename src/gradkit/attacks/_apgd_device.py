@@ -1,0 +1,165 @@
+"""Auto-PGD on the attack engine: `_apgd.apgd_core`'s Algorithm 1 with its whole state on the device.
+
+The state of a batch (iterate, previous iterate, gradient, step sizes, counters of increases, the best
+point with its gradient and objective, the first successful example) lives in backend tensors; one
+compiled step evaluates the objective at the current iterate, records, applies the checkpoint rule
+where the step index is a checkpoint, and proposes the next iterate (`_engine.py`). Rows that
+succeeded are frozen (the early stop of `apgd_core`, as a mask); the step counts the rows it really
+attacked, so the gradient count is that of the numpy core. The host reads one flag per checkpoint
+(whether any row of the batch is still attacked) and the result at the end.
+
+References:
+    Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
+    parameter-free attacks", ICML, https://arxiv.org/abs/2003.01690 (Algorithm 1).
+"""
+
+import numpy as np
+from keras import ops
+
+from gradkit import backend
+from gradkit.attacks import _engine as engine
+from gradkit.attacks import _geometry as geometry
+from gradkit.attacks._apgd import checkpoints, sphere_start
+
+
+def _rows(mask, a):
+    return engine.rows_mask(mask, a)
+
+
+def _record(state, values, hit, grad, active):
+    """First successes and best points of the rows `active` evaluated at `state["x"]`."""
+    new = dict(state)
+    first = ops.logical_and(ops.logical_and(hit, ops.logical_not(state["success"])), active)
+    new["adv"] = ops.where(_rows(first, state["x"]), state["x"], state["adv"])
+    new["success"] = ops.logical_or(state["success"], first)
+    better = ops.logical_and(values > state["best_values"], active)
+    new["best_x"] = ops.where(_rows(better, state["x"]), state["x"], state["best_x"])
+    new["best_grad"] = ops.where(_rows(better, grad), grad, state["best_grad"])
+    new["best_values"] = ops.where(better, values, state["best_values"])
+    return new
+
+
+def _checkpoint(state, fixed, active):
+    """The step-size rule on the rows `active`, applied where this step is a checkpoint."""
+    k = state["k"]
+    mark = ops.logical_and(state["mark"], active)
+    length = ops.cast(k - state["last_mark"], "float32")
+    cond1 = ops.cast(state["n_increases"], "float32") < fixed["rho"] * length
+    cond2 = ops.logical_and(ops.logical_not(state["reduced"]), state["best_at_check"] >= state["best_values"])
+    halve = ops.logical_and(mark, ops.logical_or(cond1, cond2))
+    new = dict(state)
+    new["eta"] = ops.where(halve, state["eta"] / 2.0, state["eta"])
+    new["x"] = ops.where(_rows(halve, state["x"]), state["best_x"], state["x"])
+    new["grad"] = ops.where(_rows(halve, state["grad"]), state["best_grad"], state["grad"])
+    new["reduced"] = ops.where(mark, ops.logical_or(cond1, cond2), state["reduced"])
+    new["best_at_check"] = ops.where(mark, state["best_values"], state["best_at_check"])
+    new["n_increases"] = ops.where(mark, ops.zeros_like(state["n_increases"]), state["n_increases"])
+    new["last_mark"] = ops.where(state["mark"], k, state["last_mark"])
+    return new
+
+
+def _propose(state, fixed, norm, bounds, active):
+    """`x_{k+1}` on the rows `active`: a projected step of size eta along dir(g), the momentum mix."""
+    x, x0 = state["x"], fixed["x0"]
+    eta = ops.cast(_rows(state["eta"], x), x.dtype)
+    z = geometry.project_and_clip_tensor(x + eta * geometry.direction_tensor(state["grad"], norm), x0,
+                                         fixed["eps"], norm, bounds)  # fmt: skip
+    a = ops.cast(ops.where(state["k"] == 0, 1.0, fixed["momentum"]), x.dtype)
+    mixed = x + a * (z - x) + (1 - a) * (x - state["x_prev"])
+    moved = geometry.project_and_clip_tensor(mixed, x0, fixed["eps"], norm, bounds)
+    new = dict(state)
+    new["x_prev"] = ops.where(_rows(active, x), x, state["x_prev"])
+    new["x"] = ops.where(_rows(active, x), moved, x)
+    return new
+
+
+def _update(objective, norm, clip):
+    def update(state, aux, grad, fixed):
+        values, logits = aux
+        valid = fixed["weights"]["rows"] > 0
+        active = ops.logical_and(state["active"], valid)
+        hit = objective.decide_tensor(logits, fixed["weights"]["alpha"]) != fixed["y"][0]  # any misclass.
+        start = state["k"] < 0  # the evaluation of the start point
+        state = _record(state, values, hit, grad, active)
+        increased = ops.logical_and(ops.logical_and(values > state["values"], active), ops.logical_not(start))
+        state["n_increases"] = state["n_increases"] + ops.cast(increased, "int32")
+        state["values"] = ops.where(active, values, state["values"])
+        state["grad"] = ops.where(_rows(active, grad), grad, state["grad"])
+        state["best_at_check"] = ops.where(start, state["best_values"], state["best_at_check"])
+        state["n_evaluated"] = state["n_evaluated"] + ops.sum(ops.cast(active, "int32"))
+        state["k"] = state["k"] + 1
+        state = _checkpoint(state, fixed, active)
+        still = ops.logical_and(active, ops.logical_not(state["success"]))
+        state = _propose(state, fixed, norm, (fixed["lo"], fixed["hi"]) if clip else None, still)
+        state["active"] = still
+        return state
+
+    return update
+
+
+def _schedule(steps):
+    """`[(plain steps, then one checkpoint step?)]` over the `steps + 1` evaluations (the start point
+    first): the checkpoints `w_j` of `checkpoints(steps)` fall on the evaluation of iterate `w_j`."""
+    segments, last = [], -1
+    for mark in checkpoints(steps)[1:]:
+        segments.append((mark - last - 1, True))
+        last = mark
+    return segments + [(steps - last, False)]
+
+
+def _init(objective, x_start, x0, n, eps):
+    """`init(start, stop, pad) -> (state, {"x0": clean rows})`: a batch's state before the evaluation of
+    its start point, and its clean input (a constant of the step)."""
+    per_row = dict(
+        values=np.zeros(n, np.float32), best_values=np.full(n, -np.inf, np.float32),
+        best_at_check=np.zeros(n, np.float32), eta=np.full(n, 2.0 * eps, np.float32),
+        n_increases=np.zeros(n, np.int32), success=np.zeros(n, bool), reduced=np.ones(n, bool),
+        active=np.ones(n, bool), best_grad=np.zeros_like(x_start),
+    )  # fmt: skip
+
+    def init(start, stop, pad):
+        x = objective.batch_rows(x_start, start, stop, pad)
+        state = {key: objective.batch_rows(a, start, stop, pad) for key, a in per_row.items()}
+        state.update(x=x, x_prev=x, adv=x, best_x=x, grad=state["best_grad"])
+        counters = dict(k=-1, last_mark=0, n_evaluated=0)
+        state.update({key: engine.scalar_int(v) for key, v in counters.items()})
+        state["mark"] = backend.to_tensor(np.asarray(False))
+        return state, {"x0": objective.batch_rows(x0, start, stop, pad)}
+
+    return init
+
+
+def apgd_device(session, x0, labels, targets, *, steps, rng, rho, momentum=0.75):
+    """`_apgd.apgd_core` on the engine for the session's objective: `(x_adv, success)` for the rows
+    `x0` `(m, ...)` with `labels` (and `targets`, APGD-T, or None); success means misclassification.
+    The start is drawn from `rng` as the core draws it; the evaluated rows are added to
+    `session.n_gradients`."""
+    eps, norm, clip = session.eps, session.norm, session.clip_values
+    start = sphere_start(x0, eps, norm, np.random.default_rng(rng))
+    start = geometry.project_and_clip(np.asarray(start, np.float32), x0, eps, norm, clip)
+    objective = session.objective
+    step = objective.step_function("apgd", _update(objective, norm, clip is not None), norm=norm,
+                                   clip=clip is not None)  # fmt: skip
+    lo, hi = clip or (0.0, 0.0)
+    fixed_scalars = dict(eps=eps, lo=lo, hi=hi, rho=rho, momentum=momentum)
+    constants = {k: engine.scalar(v) for k, v in fixed_scalars.items()}
+    on, off = backend.to_tensor(np.asarray(True)), backend.to_tensor(np.asarray(False))
+    (trainables, non_trainables), parts = objective.fixed(labels, targets)
+    init = _init(objective, start, x0, len(labels), eps)
+    adv, success = [], []
+    for first, stop, pad, y, weights in parts:
+        state, constant = init(first, stop, pad)
+        fixed = dict(constants, y=y, weights=weights, **constant)
+        for plain, marked in _schedule(steps):
+            state = engine.advance(step, (trainables, non_trainables), state, fixed, plain)
+            if marked:
+                state["mark"] = on
+                state = engine.advance(step, (trainables, non_trainables), state, fixed, 1)
+                state["mark"] = off
+                if not bool(backend.to_numpy(ops.any(state["active"]))):
+                    break
+        final = ops.where(_rows(state["success"], state["adv"]), state["adv"], state["best_x"])
+        adv.append(engine.to_host(final, stop - first))
+        success.append(engine.to_host(state["success"], stop - first))
+        session.n_gradients += int(backend.to_numpy(state["n_evaluated"]))
+    return np.concatenate(adv), np.concatenate(success)
