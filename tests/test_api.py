@@ -29,7 +29,10 @@ PACKAGES = {
         "is_ensemble", "pgd", "predict_labels", "prepare", "run_attack", "square",
     ],
     "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "describe", "load"],
-    "gradkit.evaluation": ["Evaluation", "check_curve", "evaluate", "robustness_curve"],
+    "gradkit.evaluation": [
+        "Evaluation", "Shard", "check_curve", "evaluate", "evaluate_shard", "merge_shards", "read_shard",
+        "robustness_curve", "shard_rows", "write_report",
+    ],
     "gradkit.training": [
         "CatastrophicOverfittingCheck", "adversarial_training", "collapsed", "untrack_adversarial_training",
     ],

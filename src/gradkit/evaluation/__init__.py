@@ -1,6 +1,9 @@
 """The strong evaluation: `evaluate` runs a cascade of attacks (AutoAttack's standard version by default)
 and returns an `Evaluation`: the per-sample worst case, what broke each point, the cost, and signs of
-attack failure (`flags`); `check_curve` checks several evaluations at growing eps.
+attack failure (`flags`); `check_curve` checks several evaluations at growing eps. `evaluate_shard` runs
+the cascade at several eps on a contiguous part of the points, `merge_shards` joins parts after checking
+they belong together, and `write_report` writes evaluation.json and samples.csv (what `gradkit evaluate`
+and `gradkit merge` do).
 
 References:
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
@@ -10,12 +13,24 @@ References:
 
 from gradkit.evaluation._curve import robustness_curve
 from gradkit.evaluation._flags import check_curve
+from gradkit.evaluation._merge import merge_shards
+from gradkit.evaluation._report import read_shard
+from gradkit.evaluation._report import write_report
 from gradkit.evaluation._result import Evaluation
+from gradkit.evaluation._shards import Shard
+from gradkit.evaluation._shards import evaluate_shard
+from gradkit.evaluation._shards import shard_rows
 from gradkit.evaluation._suite import evaluate
 
 __all__ = [
     "Evaluation",
+    "Shard",
     "check_curve",
     "evaluate",
+    "evaluate_shard",
+    "merge_shards",
+    "read_shard",
     "robustness_curve",
+    "shard_rows",
+    "write_report",
 ]
