@@ -79,8 +79,8 @@ def shard_rows(n, index, count, block):
     n_blocks = -(-n // block)
     if count > n_blocks:
         _checks.fail(
-            "count", f"at most the {n_blocks} blocks of {block} rows in {n} points (a smaller batch size "
-            "makes more blocks)", count,
+            "count", f"at most the number of blocks of {block} rows in {n} points ({n_blocks}; a smaller "
+            "batch size makes more)", count,
         )  # fmt: skip
     first, last = index * n_blocks // count, (index + 1) * n_blocks // count
     return first * block, min(last * block, n)
