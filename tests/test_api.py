@@ -30,8 +30,8 @@ PACKAGES = {
     ],
     "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "describe", "load"],
     "gradkit.evaluation": [
-        "Evaluation", "Shard", "check_curve", "evaluate", "evaluate_shard", "merge_shards", "read_shard",
-        "robustness_curve", "shard_rows", "write_report",
+        "Evaluation", "Shard", "check_curve", "evaluate", "evaluate_processes", "evaluate_shard",
+        "merge_shards", "read_shard", "robustness_curve", "shard_rows", "write_report",
     ],
     "gradkit.training": [
         "CatastrophicOverfittingCheck", "adversarial_training", "collapsed", "untrack_adversarial_training",

@@ -41,7 +41,8 @@ def _main(capsys, *args):
         (["--epochs", "-2"], "`epochs` must be an integer >= 1"),
         (["--pgd-steps", "1.5"], "argument --pgd-steps: invalid int value"),
         (["--adv-eps", "-1"], "`adv_eps` must be >= 0. Received: adv_eps=-1.0"),
-        (["--model", "rnn"], "argument --model: invalid choice: 'rnn'"),
+        (["--model", "rnn"], '`model` must be "cnn", "mlp" or "module:function"'),
+        (["--model", "no module:build"], '`model` must be "cnn", "mlp" or "module:function"'),
         (["--dataset", "missing.npz"], "`dataset` file does not exist"),
     ],
 )

@@ -108,15 +108,30 @@ def _prepare(args, inputs):
     return model, x, y, options
 
 
+def _evaluate(model, x, y, options, args):
+    """`(shard, rank)`: one `--shard`, or all points across the launcher's processes (or this one)."""
+    from gradkit import backend, evaluation
+
+    if args.shard is not None:
+        return evaluation.evaluate_shard(model, x, y, state_path=args.state, **options), 0
+    backend.start_processes()
+    shard, rank, _ = evaluation.evaluate_processes(model, x, y, state_path=args.state, **options)
+    return shard, rank
+
+
 def run(args):
-    """Runs `gradkit evaluate` with the parsed `args`; returns the exit code (0, 2 or 130)."""
+    """Runs `gradkit evaluate` with the parsed `args`; returns the exit code (0, 2 or 130).
+
+    Under `torchrun` (or with `JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID` on JAX)
+    each process evaluates its part of the points and rank 0 alone prints and writes.
+    """
     _quiet.import_keras()
     from gradkit import evaluation
     from gradkit.cli import _inputs
 
     try:
         model, x, y, options = _prepare(args, _inputs)
-        shard = evaluation.evaluate_shard(model, x, y, state_path=args.state, **options)
+        shard, rank = _evaluate(model, x, y, options, args)
     except (ValueError, TypeError) as err:
         return _fail(err)
     except KeyboardInterrupt:
@@ -124,6 +139,8 @@ def run(args):
             "gradkit evaluate: interrupted; rerun the same command (with --state) to resume.", file=sys.stderr
         )
         return 130
+    if rank:
+        return 0
     info = {"versions": _inputs.versions(), "sources": {"model": args.model, "data": args.data}}
     if args.shard is not None:
         info["shard"] = f"{args.shard[0]}/{args.shard[1]}"

@@ -13,6 +13,7 @@ _EXAMPLE = """examples:
   gradkit study --out runs/demo                     digits, CNN, 4 models, FGSM, PGD, standard (< 4 min)
   gradkit study --quick --out runs/quick            small and fast (under a minute)
   gradkit study --dataset data.npz --model mlp      arrays x_train, y_train, x_test, y_test
+  gradkit study --model mynet:build --quick         your network: build(input_shape, n_classes)
   gradkit study --dataset cifar10 --quick           Keras' CIFAR-10 loader (downloads once)
 
 The backend is Keras' (KERAS_BACKEND=tensorflow|jax|torch); the table at the end names it.
@@ -61,7 +62,11 @@ def _add_study_options(add, defaults):
         help=f'"digits" (no download), "mnist", "fashion_mnist", "cifar10" (Keras loaders) or a .npz '
         f"file (default: {defaults['dataset']})",
     )
-    add("--model", choices=["cnn", "mlp"], help=f"network of every model (default: {defaults['model']})")
+    add(
+        "--model",
+        help='network of every model: "cnn", "mlp", or "module:function", your function '
+        f"(input_shape, n_classes) returning a compiled Keras classifier (default: {defaults['model']})",
+    )
     add(
         "--epsilons",
         type=_number_list(float),

@@ -2,8 +2,9 @@
 and returns an `Evaluation`: the per-sample worst case, what broke each point, the cost, and signs of
 attack failure (`flags`); `check_curve` checks several evaluations at growing eps. `evaluate_shard` runs
 the cascade at several eps on a contiguous part of the points, `merge_shards` joins parts after checking
-they belong together, and `write_report` writes evaluation.json and samples.csv (what `gradkit evaluate`
-and `gradkit merge` do).
+they belong together, `evaluate_processes` splits one evaluation across a torch.distributed or
+jax.distributed process group, and `write_report` writes evaluation.json and samples.csv (what
+`gradkit evaluate` and `gradkit merge` do).
 
 References:
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
@@ -14,6 +15,7 @@ References:
 from gradkit.evaluation._curve import robustness_curve
 from gradkit.evaluation._flags import check_curve
 from gradkit.evaluation._merge import merge_shards
+from gradkit.evaluation._processes import evaluate_processes
 from gradkit.evaluation._report import read_shard
 from gradkit.evaluation._report import write_report
 from gradkit.evaluation._result import Evaluation
@@ -27,6 +29,7 @@ __all__ = [
     "Shard",
     "check_curve",
     "evaluate",
+    "evaluate_processes",
     "evaluate_shard",
     "merge_shards",
     "read_shard",

@@ -28,7 +28,7 @@ from gradkit.plotting import plot_grad_norm, plot_robustness
 from gradkit.study import _attack, _outdir
 from gradkit.study._config import MODELS, QUICK_SUBSET, ConfigError, StudyConfig
 from gradkit.study._datasets import load_dataset, subsample
-from gradkit.study._models import load_model, model_path, save_model
+from gradkit.study._models import load_model, model_from_function, model_path, save_model
 from gradkit.study._train import SINGLES, describe
 from gradkit.study._train import train_boosted as _train_boosted
 from gradkit.study._train import train_single as _train_single
@@ -89,6 +89,11 @@ def _prepare_data(config):
     data = _fit_devices(data, config.batch_size)
     if config.model == "cnn" and data.x_train.ndim != 4:
         raise ConfigError(f'`model="cnn"` needs images; {data.name!r} holds flat features: use model="mlp".')
+    if config.model not in ("cnn", "mlp"):  # your own network: checked once before anything is written
+        try:
+            model_from_function(config.model, data.x_train.shape[1:], data.n_classes)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
     return data
 
 
