@@ -28,7 +28,8 @@ def _torch_started():
 
 
 def start_processes():
-    """Joins the launcher's process group (see the module docstring); returns `processes()`.
+    """Joins the launcher's process group (see the module docstring); returns `processes()`. On JAX call
+    it before anything runs on a device (before a model is built or loaded).
 
     Raises:
         ValueError: a launcher's variables under a backend that has no process group here.
@@ -42,7 +43,7 @@ def start_processes():
     elif backend == "jax" and all(k in os.environ for k in _JAX_ENV):
         import jax
 
-        if jax.process_count() == 1 and int(os.environ["JAX_NUM_PROCESSES"]) > 1:
+        if not jax.distributed.is_initialized() and int(os.environ["JAX_NUM_PROCESSES"]) > 1:
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
             jax.distributed.initialize(
                 os.environ["JAX_COORDINATOR_ADDRESS"],

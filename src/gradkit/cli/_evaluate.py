@@ -5,6 +5,7 @@ work (exit 2, nothing written), runs `gradkit.evaluation.evaluate_shard` at ever
 the smaller ones left robust), prints the table and writes evaluation.json and samples.csv to --out.
 """
 
+import os
 import sys
 
 from gradkit import _quiet
@@ -37,6 +38,7 @@ def _shard(text):
     return int(k), int(n)
 
 
+_LAUNCHED = {"WORLD_SIZE", "JAX_NUM_PROCESSES"}  # set by torchrun, or by you for jax.distributed
 _eps.__name__, _shard.__name__ = "eps list", "K/N"
 
 
@@ -110,11 +112,10 @@ def _prepare(args, inputs):
 
 def _evaluate(model, x, y, options, args):
     """`(shard, rank)`: one `--shard`, or all points across the launcher's processes (or this one)."""
-    from gradkit import backend, evaluation
+    from gradkit import evaluation
 
     if args.shard is not None:
         return evaluation.evaluate_shard(model, x, y, state_path=args.state, **options), 0
-    backend.start_processes()
     shard, rank, _ = evaluation.evaluate_processes(model, x, y, state_path=args.state, **options)
     return shard, rank
 
@@ -125,11 +126,15 @@ def run(args):
     Under `torchrun` (or with `JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID` on JAX)
     each process evaluates its part of the points and rank 0 alone prints and writes.
     """
-    _quiet.import_keras()
-    from gradkit import evaluation
-    from gradkit.cli import _inputs
-
     try:
+        if args.shard is None and _LAUNCHED & set(os.environ):
+            from gradkit import backend
+
+            backend.start_processes()  # JAX must join before any device work (even Keras' first op)
+        _quiet.import_keras()
+        from gradkit import evaluation
+        from gradkit.cli import _inputs
+
         model, x, y, options = _prepare(args, _inputs)
         shard, rank = _evaluate(model, x, y, options, args)
     except (ValueError, TypeError) as err:
