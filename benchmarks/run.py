@@ -8,7 +8,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import merge  # noqa: E402
 
-MODULES = ["bench_engine", "bench_norms", "bench_attacks", "bench_evaluation", "bench_training"]
+MODULES = [
+    "bench_engine",
+    "bench_norms",
+    "bench_attacks",
+    "bench_evaluation",
+    "bench_training",
+    "bench_processes",
+]
 
 if __name__ == "__main__":
     only = sys.argv[1:]
