@@ -164,6 +164,7 @@ def test_bad_input_exits_2_names_what_differs_and_writes_nothing(capsys, files, 
     assert code == 2 and "cannot be loaded" in seen.err
     for args, message in (
         (["--shard", "3/2"], "1 <= K <= N"),
+        (["--shard", "1/2", "--batch-size", "0"], "`--batch-size` must be >= 1"),
         (["--shard", "1/9", "--batch-size", "16"], "rows in 48 points (3;"),
         (["--eps", "-0.1"], "`epsilons` must be >= 0"),
         (["--attacks", "cw"], "`attacks[0]` must be"),

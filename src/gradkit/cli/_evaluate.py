@@ -90,8 +90,9 @@ def _prepare(args, inputs):
     """`(model, x, y, options)` checked to be usable; InputError/ValueError/TypeError otherwise."""
     from gradkit import evaluation
 
-    if args.n_points is not None and args.n_points < 1:
-        raise ValueError(f"`--n-points` must be >= 1. Received: {args.n_points}")
+    for name, value in (("--n-points", args.n_points), ("--batch-size", args.batch_size)):
+        if value is not None and value < 1:
+            raise ValueError(f"`{name}` must be >= 1. Received: {value}")
     if len(args.clip_values) != 2:
         raise ValueError(f"`--clip-values` must be lo,hi. Received: {args.clip_values}")
     x, y, _ = inputs.load_data(args.data, args.n_points)
