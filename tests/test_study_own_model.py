@@ -14,9 +14,9 @@ NETWORK = textwrap.dedent(
 
     def build(input_shape, n_classes):
         model = keras.Sequential([keras.Input(input_shape), keras.layers.Flatten(),
-                                  keras.layers.Dense(7, activation="relu", name="mine"),
+                                  keras.layers.Dense(16, activation="relu"),
                                   keras.layers.Dense(n_classes, activation="softmax")])
-        model.compile("adam", "sparse_categorical_crossentropy")
+        model.compile(keras.optimizers.Adam(0.01), "sparse_categorical_crossentropy")
         return model
 
     def uncompiled(input_shape, n_classes):
@@ -35,14 +35,14 @@ def network(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_study_of_your_own_network(network, capsys):
     out = network / "run"
-    args = ["--quick", "--n-estimators", "2", "--epochs", "1", "--epsilons", "0,0.1", "--attacks", "fgsm"]
+    args = ["--quick", "--n-estimators", "2", "--epochs", "2", "--epsilons", "0,0.1", "--attacks", "fgsm"]
     code = cli.main(["study", "--no-progress", "--model", "my_network_30:build", *args, "--out", str(out)])
     assert code == 0, capsys.readouterr().err
     table = capsys.readouterr().out
     assert "model my_network_30:build" in table
     results = json.loads((out / "results.json").read_text())
     n_params = keras.saving.load_model(out / "single.keras").count_params()
-    assert n_params == 64 * 7 + 7 + 7 * 10 + 10  # digits: 8x8 inputs, 10 classes
+    assert n_params == 64 * 16 + 16 + 16 * 10 + 10  # digits: 8x8 inputs, 10 classes
     for name in study.MODELS:
         members = results["models"][name].get("members", 1)
         assert results["models"][name]["n_params"] == n_params * members, name
