@@ -3,6 +3,8 @@ merged equal one run, and bad input exits 2 with a message and writes nothing.""
 
 import csv
 import json
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -186,3 +188,17 @@ def test_state_resumes_without_rerunning_attacks(capsys, files, tmp_path, monkey
     monkeypatch.setattr(gradkit.attacks, "run_attack", refuse)
     assert _run(capsys, *args, "--state", state, "--out", str(tmp_path / "b"))[0] == 0
     assert (tmp_path / "a" / "samples.csv").read_text() == (tmp_path / "b" / "samples.csv").read_text()
+
+
+@pytest.mark.parametrize("command", ["evaluate", "merge"])
+def test_help_imports_no_keras_and_no_backend(command):
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "gradkit", command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and "--out" in proc.stdout
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line]
+    assert "gradkit.cli._evaluate" in imported
+    assert not [name for name in imported if name.split(".")[0] in {"keras", "tensorflow", "jax", "torch"}]
