@@ -3,7 +3,8 @@
 The study's digits CNN (two 3x3 convolutions of 16 and 32 filters with 2x2 max-pools, softmax), trained
 for 3 epochs on the study's digits split and saved as a .keras file, evaluated on the first 256 of the
 450 test digits with the standard version (APGD-CE, APGD-T at `STEPS` steps, Square at `QUERIES`
-queries), Linf eps 0.1, batch 64 (4 blocks: 2 per process). Each candidate is the whole command, start-up included:
+queries), Linf eps 0.1, batch 64 (4 blocks: 2 per process). Each candidate is the whole command,
+start-up included:
 
 - `one`: `python -m gradkit evaluate ...` (one process, the framework's default threads);
 - `two`: 2 processes on localhost: `torchrun --standalone --nproc-per-node 2 -m gradkit evaluate ...` on
