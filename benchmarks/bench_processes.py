@@ -87,7 +87,9 @@ def _time(n, model, out):
     ]
     errors = [p.communicate()[1] for p in procs]
     if any(p.returncode for p in procs):
-        raise RuntimeError(b"\n".join(errors).decode()[-2000:])
+        text = b"\n".join(errors).decode()
+        said = [line for line in text.splitlines() if "gradkit evaluate: error" in line]
+        raise RuntimeError("\n".join(said) or text[-2000:])
     return time.perf_counter() - start
 
 
