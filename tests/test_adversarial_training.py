@@ -99,7 +99,9 @@ def test_inner_examples_stay_in_the_ball_and_the_clip_range(norm, attack):
     settings = make_settings(attack, 0.3, None, 5, norm, (0.0, 1.0), True, "ce", 6.0, 1.0)
     spec_loss = lambda out: keras.ops.sum(CE(y, out)) * 16.0  # noqa: E731
     x_adv = keras.ops.convert_to_numpy(
-        adversarial_examples(model, settings, x, spec_loss, keras.random.SeedGenerator(0))
+        adversarial_examples(
+            lambda z: model(z, training=False), settings, x, spec_loss, keras.random.SeedGenerator(0)
+        )
     )
     delta = (x_adv - x).reshape(16, -1)
     size = np.abs(delta).max(axis=1) if norm == np.inf else np.linalg.norm(delta, axis=1)

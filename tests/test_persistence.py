@@ -267,3 +267,15 @@ def test_only_keras_learners_are_saved(tmp_path):
     with pytest.raises(TypeError, match="Keras"):
         est.save(tmp_path)
     assert not persistence.exists(tmp_path)
+
+
+def test_resume_refuses_a_build_fn_of_another_architecture(reference):
+    """The resumed members and the new ones would be mixed in one vote: refused before any training."""
+    _, path = reference
+    wider = boosting(
+        checkpoint_dir=path,
+        n_estimators=4,
+        build_fn=lambda: learner(keras.layers.Dense(8, activation="relu")),
+    )
+    with pytest.raises(ValueError, match="`build_fn` must build the architecture"):
+        wider.fit(*data(), resume=True)

@@ -19,6 +19,13 @@ def producing_layer(tensor):
     return history[0] if history else None
 
 
+def output_structure(model):
+    """The structure a Functional model's call returns (a dict of symbolic outputs keyed as the user built
+    it, a list, one tensor), or None where the model has none (Sequential keeps no such structure;
+    subclassed models have no symbolic outputs)."""
+    return getattr(model, "_outputs_struct", None)
+
+
 def compiled_loss_weights(model):
     """The `loss_weights` given to `model.compile` (None, a number, a list or a dict).
 
@@ -35,12 +42,17 @@ def compile_loss(model):
 def unseeded_random_layers(model):
     """The names of `model`'s layers (nested ones included) whose random draws come from a
     `SeedGenerator` made without a seed (`Dropout(rate)` without `seed=`, `GaussianNoise`, ...)."""
-    layers = model._flatten_layers(include_self=False) if hasattr(model, "_flatten_layers") else []
     return [
         layer.name
-        for layer in layers
+        for layer in flat_layers(model)
         if getattr(getattr(layer, "seed_generator", None), "_initial_seed", 0) is None
     ]
+
+
+def flat_layers(model):
+    """Every layer inside `model`, nested ones included (not `model` itself); [] where Keras has no such
+    walk."""
+    return list(model._flatten_layers(include_self=False)) if hasattr(model, "_flatten_layers") else []
 
 
 def model_tracker(model):

@@ -5,7 +5,18 @@ ensemble object, so repeated attacks trace once), argument and range checks, and
 import keras
 from keras import tree
 
-from gradkit.gradients import AttackGradient, InputGradient, WeightedEnsemble, as_ensemble, cached, check_x
+from gradkit.gradients import (
+    AttackGradient,
+    InputGradient,
+    WeightedEnsemble,
+    as_ensemble,
+    cached,
+    check_attack_loss,
+    check_x,
+    n_outputs,
+    output_index,
+    outputs_are_logits,
+)
 
 OBJECTIVE_LOSSES = ("ce", "dlr", "margin")
 
@@ -27,6 +38,8 @@ def step_for(model, grad, *, loss, objective, targeted, output, batch_size, temp
         name = loss
     else:  # a Keras cross-entropy (compiled or given, any spelling) is attacked as "ce"
         name = "ce" if grad.spec.is_classification else None
+        if name:  # "ce" has no label smoothing nor ignored class: refused rather than dropped
+            check_attack_loss(grad.spec)
     if name is None or grad.ensemble.normalize_gradients:
         if objective != "loss_sum":
             raise ValueError(
@@ -43,21 +56,34 @@ def step_for(model, grad, *, loss, objective, targeted, output, batch_size, temp
     return cached(owner(model), "attack", factory, **options)
 
 
+def _default_loss(model, output):
+    """The Keras loss labels are checked against for an objective loss ("ce", "dlr", "margin"): the
+    compiled one if any, else binary cross-entropy on a one-unit output (a binary classifier, labels 0/1)
+    and sparse categorical cross-entropy otherwise, on logits or probabilities as `outputs_are_logits`
+    reads the output."""
+    first = as_ensemble(model).models[0]
+    if getattr(first, "loss", None):
+        return None
+    index = output_index(first, output)
+    from_logits = outputs_are_logits(first, index)
+    if n_outputs(first, index) == 1:
+        return keras.losses.BinaryCrossentropy(from_logits=from_logits)
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)
+
+
 def gradient_for(model, *, loss=None, output=None, batch_size=None):
     """The `InputGradient` (inference mode) for `model`, cached on the model or ensemble object.
 
     Attacks with the same `(loss, output, batch_size)` on the same object reuse one compiled function,
     so a robustness curve over many epsilons traces once (`.trace_count`). Keras models share the cache
     of `gradkit.input_gradient`. Other objects (boosting estimators) are turned into an ensemble with
-    `as_ensemble`, and the cache lives on that ensemble.
+    `as_ensemble`, and the cache lives on that ensemble. `loss=None` on a model compiled without a loss
+    means "ce" (the cross-entropy of its logits).
     """
     model = owner(model)
-
-    keras_loss = loss
-    if loss in OBJECTIVE_LOSSES:  # labels are checked against the compiled classification loss if any
-        keras_loss = (
-            None if getattr(as_ensemble(model).models[0], "loss", None) else "sparse_categorical_crossentropy"
-        )
+    if loss is None and not getattr(as_ensemble(model).models[0], "loss", None):
+        loss = "ce"  # an uncompiled classifier is attacked through its cross-entropy, as APGD-CE does
+    keras_loss = _default_loss(model, output) if loss in OBJECTIVE_LOSSES else loss
 
     def factory():
         return InputGradient(model, loss=keras_loss, training=False, output=output, batch_size=batch_size)

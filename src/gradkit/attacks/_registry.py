@@ -98,19 +98,22 @@ def _classic(name, model, x, y, eps, norm, clip_values, batch_size, seed, object
     steps = 1 if name == "fgsm" else _checks.check_steps(options.pop("steps", 10))
     eps_step = options.pop("eps_step", None) or geometry.default_eps_step(eps, steps)
     keep = "last" if name == "fgsm" else "first_success"
+    output = options.pop("output", None)
     x_adv = _loop.run(
         model, x, y, eps=eps, eps_step=_loop.SINGLE_STEP if name == "fgsm" else eps_step, steps=steps,
         norm=norm, clip_values=clip_values, targeted=False, loss=None, batch_size=batch_size,
-        output=options.pop("output", None), random_start=name == "pgd", seed=seed, objective=objective,
-        keep=keep,
+        output=output, random_start=name == "pgd", seed=seed, objective=objective, keep=keep,
     )  # fmt: skip
-    labels = decide(model, x, batch_size) if y is None else None
-    truth = labels if labels is not None else _labels(model, x, y)
-    success = decide(model, x_adv, batch_size) != truth
+    # the loop reads each member's output as the APGD objectives do (logits, or log-probabilities)
+    step = _objective(owner(model), _checks.check_batch_size(batch_size), output)
+    probabilities = step is not None and any(step.from_probabilities)
+    labels = decide(model, x, batch_size, output) if y is None else None
+    truth = labels if labels is not None else _labels(model, x, y, output)
+    success = decide(model, x_adv, batch_size, output) != truth
     n = len(success)
-    return AttackResult(x_adv, success, n, n * steps, None, False)
+    return AttackResult(x_adv, success, n, n * steps, None, probabilities)
 
 
-def _labels(model, x, y):
-    _, labels, _ = prepare(gradient_for(model), x, y, None)
+def _labels(model, x, y, output=None):
+    _, labels, _ = prepare(gradient_for(model, output=output), x, y, None)
     return labels

@@ -15,6 +15,10 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   with the other arguments fixed (on PyTorch flattened once, for the thousands of calls of a
   score-based attack on the same rows).
 - `compile_grad(..., has_aux=True)`: `fn` returns `(loss, aux)`; the call returns `((loss, aux), grads)`.
+- `stateless_call(model, trainable, non_trainable, *args, **kwargs)`: `model.stateless_call` where
+  every layer reads the values given, also the parameters of a `torch.nn.Module` wrapped in
+  `keras.layers.TorchModuleWrapper` (PyTorch), which read their own tensors under Keras' stateless call
+  (keras#20279); a wrapped module whose parameters are not the model's variables raises ValueError.
 - `variable_values(variables, differentiable)`: the current values of Keras variables, passed as
   arguments so that later training is seen without recompiling.
 - `EAGER`: True where nothing is compiled ahead (PyTorch); gradkit then counts distinct input signatures.
@@ -37,8 +41,8 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   the training step `model.train_step(*args)` runs (the step's arguments are opaque to the caller).
 - `wrap_train_step(model, metric, norms_fn)`: `(train_step, test_step)` that record the norms of the
   gradients the training step applies into `metric` (see `gradkit.monitor`).
-- `input_ascent(model, loss_of, x, update, steps, call_kwargs)`: the inner attack of adversarial
-  training, run inside the training step: `steps` times `x <- update(x, grad_x loss_of(model(x)))`,
+- `input_ascent(forward, loss_of, x, update, steps)`: the inner attack of adversarial
+  training, run inside the training step: `steps` times `x <- update(x, grad_x loss_of(forward(x)))`,
   the gradient w.r.t. `x` alone, the result cut from the outer gradient (`gradkit.training`).
 - `to_tensor(array)` and `to_numpy(tensor)`: `keras.ops.convert_to_tensor` / `convert_to_numpy` for
   numpy arrays of a fixed dtype, without Keras' per-call dtype checks where they cost (PyTorch).
@@ -88,6 +92,7 @@ norm_means = _impl.norm_means
 assign_add = _impl.assign_add
 values_before_step = _impl.values_before_step
 input_ascent = _impl.input_ascent
+stateless_call = _impl.stateless_call
 to_tensor = getattr(_impl, "to_tensor", keras.ops.convert_to_tensor)
 to_numpy = getattr(_impl, "to_numpy", keras.ops.convert_to_numpy)
 
@@ -105,6 +110,7 @@ __all__ = [
     "quiet_retracing",
     "set_random_seed",
     "start_processes",
+    "stateless_call",
     "distribute_batch",
     "divide_norms",
     "group_norms",

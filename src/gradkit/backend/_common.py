@@ -64,6 +64,12 @@ def values_before_step(model, args, variables):
     return [keras.ops.copy(v.value) for v in variables]
 
 
+def stateless_call(model, trainable, non_trainable, *args, **kwargs):
+    """`model.stateless_call(trainable, non_trainable, *args, **kwargs)`: every layer reads the values
+    given (on PyTorch, wrapped `torch.nn.Module`s too)."""
+    return model.stateless_call(trainable, non_trainable, *args, **kwargs)
+
+
 def test_step_without(metric, step_cls, model):
     """The class's `test_step(data)` with the norm metric's keys dropped from its logs (evaluation has
     no gradients, so no norm)."""

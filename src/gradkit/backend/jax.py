@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import keras
 from jax.extend.core import Literal
 
-from gradkit.backend._common import bind_all_but_x, quiet_retracing, set_random_seed  # noqa: F401
+from gradkit.backend._common import bind_all_but_x, quiet_retracing, set_random_seed, stateless_call  # noqa: F401
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
 from gradkit.errors import DisconnectedGradientError
 
@@ -229,18 +229,11 @@ def compile_forward(fn):
     return call
 
 
-def input_ascent(model, loss_of, x, update, steps, call_kwargs):
-    """`steps` times `x <- update(x, d loss_of(model(x)) / dx)`, each gradient `jax.grad` w.r.t. `x` of a
-    `stateless_call` on the variable values in force (inside the jitted step, the traced ones); no
+def input_ascent(forward, loss_of, x, update, steps):
+    """`steps` times `x <- update(x, d loss_of(forward(x)) / dx)`, each gradient `jax.grad` w.r.t. `x` of
+    `forward` (a pure function of `x`; inside the jitted step it reads the traced variable values); no
     gradient flows back through the result (the adversarial-training inner attack)."""
-    trainable = [v.value for v in model.trainable_variables]
-    non_trainable = [v.value for v in model.non_trainable_variables]
-
-    def loss(z):
-        y_pred, _ = model.stateless_call(trainable, non_trainable, z, **call_kwargs)
-        return loss_of(y_pred)
-
-    grad = jax.grad(loss)
+    grad = jax.grad(lambda z: loss_of(forward(z)))
     x = jax.lax.stop_gradient(x)
     for _ in range(steps):
         x = jax.lax.stop_gradient(update(x, grad(x)))

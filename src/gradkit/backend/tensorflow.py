@@ -11,6 +11,7 @@ from gradkit.backend._common import (  # noqa: F401
     bind_all_but_x,
     build_optimizer,
     distribute_batch,
+    stateless_call,
     test_step_without,
     values_before_step,
 )
@@ -169,15 +170,15 @@ def compile_forward(fn):
     return call
 
 
-def input_ascent(model, loss_of, x, update, steps, call_kwargs):
-    """`steps` times `x <- update(x, d loss_of(model(x)) / dx)`, each gradient a `tf.GradientTape` w.r.t.
+def input_ascent(forward, loss_of, x, update, steps):
+    """`steps` times `x <- update(x, d loss_of(forward(x)) / dx)`, each gradient a `tf.GradientTape` w.r.t.
     `x` alone, traced into the enclosing step (the adversarial-training inner attack); no gradient flows
     back through the result."""
     x = tf.stop_gradient(x)
     for _ in range(steps):
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(x)
-            loss = loss_of(model(x, **call_kwargs))
+            loss = loss_of(forward(x))
         x = tf.stop_gradient(update(x, tape.gradient(loss, x)))
     return x
 

@@ -23,6 +23,7 @@ from gradkit.backend._common import (  # noqa: F401
 )
 from gradkit.backend._common import set_random_seed as _set_keras_seed
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
+from gradkit.backend._torch_modules import stateless_call  # noqa: F401
 from gradkit.backend._torch_trace import Traced, compile_forward, flatten  # noqa: F401
 from gradkit.backend._torch_trace import signature as _signature
 from gradkit.errors import DisconnectedGradientError
@@ -201,14 +202,14 @@ def wrap_train_step(model, metric, norms_fn):
     return train_step, test_step_without(metric, step_cls, model)
 
 
-def input_ascent(model, loss_of, x, update, steps, call_kwargs):
-    """`steps` times `x <- update(x, d loss_of(model(x)) / dx)`, eagerly with `torch.autograd.grad` w.r.t.
+def input_ascent(forward, loss_of, x, update, steps):
+    """`steps` times `x <- update(x, d loss_of(forward(x)) / dx)`, eagerly with `torch.autograd.grad` w.r.t.
     `x` alone (the adversarial-training inner attack); the result is detached."""
     x = x.detach()
     for _ in range(steps):
         z = x.requires_grad_(True)
         with torch.enable_grad():
-            loss = loss_of(model(z, **call_kwargs))
+            loss = loss_of(forward(z))
         (grad,) = torch.autograd.grad(loss, z)
         with torch.no_grad():
             x = update(z.detach(), grad).detach()

@@ -71,7 +71,8 @@ class BaseBoosting(_voting.VotingMixin, ClassifierMixin, BaseEstimator):
 
         Raises:
             ValueError: bad parameters or data, one class, a checkpoint made on other data or
-                settings, or more rounds than `n_estimators`.
+                settings, a `build_fn` that builds another architecture than the resumed members, or
+                more rounds than `n_estimators`.
             WorseThanRandomError: (a ValueError) the first learner is worse than random; nothing is
                 kept (a later such learner is discarded and boosting stops, see `stop_reason_`).
             TypeError: a `build_fn` that returns neither a compiled Keras model nor an object with
@@ -94,6 +95,7 @@ class BaseBoosting(_voting.VotingMixin, ClassifierMixin, BaseEstimator):
             return self
         learner = self._new_learner(start)
         _learners.check_learner(learner, x, self.n_classes_, self.adversarial, self.checkpoint_dir)
+        _learners.check_same_architecture(learner, self.estimators_)
         zero = w0 == 0
         for t in range(start, self.n_estimators):
             learner = learner if t == start else self._new_learner(t)

@@ -11,7 +11,7 @@ import keras
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from gradkit.gradients import predict_batched, resolve_loss
+from gradkit.gradients import predict_classes, resolve_loss
 
 PREDICT_BATCH = 256
 
@@ -84,12 +84,7 @@ def predict_ids(learner, x, n_classes=None):
     """
     if not is_keras(learner):
         return check_predictions(learner, learner.predict(x), len(x), n_classes)
-    out = np.asarray(predict_batched(learner, x, PREDICT_BATCH))
-    out = out.reshape(out.shape[0], -1)
-    if out.shape[1] == 1:
-        threshold = 0.0 if resolve_loss(None, learner).from_logits else 0.5
-        return (out[:, 0] > threshold).astype(np.int64)
-    return out.argmax(axis=1).astype(np.int64)
+    return predict_classes(learner, x, batch_size=PREDICT_BATCH)
 
 
 def check_predictions(learner, predicted, n, n_classes=None):
@@ -131,3 +126,36 @@ def keras_targets(learner, ids, n_classes, x):
     if resolve_loss(None, learner).kind == "sparse":
         return ids
     return np.eye(n_classes, dtype=np.float32)[ids]
+
+
+def architecture(learner):
+    """What identifies a learner's architecture: its class, and for a Keras model each layer's class and
+    the shapes of its weights (a learner that is not built yet gives its layer classes only)."""
+    if not is_keras(learner):
+        return (type(learner).__name__,)
+    layers = tuple(
+        (type(layer).__name__, tuple(tuple(w.shape) for w in layer.weights) if learner.built else ())
+        for layer in learner.layers
+    )
+    return (type(learner).__name__, layers)
+
+
+def check_same_architecture(learner, members):
+    """Raises ValueError when a resumed fit's `build_fn` builds another architecture than the members it
+    continues (they would be mixed in one vote)."""
+    if not members:
+        return
+    new, old = architecture(learner), architecture(members[0])
+    if is_keras(learner) and is_keras(members[0]) and not learner.built:  # compare layer classes only
+        old = (old[0], tuple((name, ()) for name, _ in old[1]))
+    if new != old:
+        raise ValueError(
+            "`build_fn` must build the architecture of the members of the fit it resumes: the resumed "
+            f"members are {type(members[0]).__name__} with layers {_names(members[0])}, `build_fn` builds "
+            f"{type(learner).__name__} with layers {_names(learner)} (or other weight shapes). Resume with "
+            "the build_fn the fit started with, or start a new fit (resume=False, another checkpoint_dir)."
+        )
+
+
+def _names(learner):
+    return [type(layer).__name__ for layer in getattr(learner, "layers", [])]

@@ -1,6 +1,7 @@
 """Accuracy under attack as a function of the perturbation size eps (a robustness curve)."""
 
 import dataclasses
+import warnings
 
 import keras
 import numpy as np
@@ -107,8 +108,12 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
             the gradient used for `zero_gradient_fraction`.
 
     Returns:
-        dict with "eps" (list of float, as given), "accuracy" (list of float in [0, 1], one per eps)
-        and "zero_gradient_fraction" (float in [0, 1]).
+        dict with "eps" (list of float, as given); "accuracy" (list of float in [0, 1], one per eps):
+        the share of points classified correctly at every eps' <= eps of the list and at the clean
+        point (an example found at a smaller eps lies inside the larger ball, so the curve is
+        non-increasing by construction, as the study's worst case); "attack_accuracy": the attack's own
+        accuracy at each eps alone (it may rise where an attack overshoots, e.g. FGSM; a RuntimeWarning
+        says so); and "zero_gradient_fraction" (float in [0, 1]).
 
     Raises:
         ValueError: an unknown `attack`, empty or negative `epsilons`, `eps` in `attack_kwargs`,
@@ -162,12 +167,43 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
     moving = sum(np.any(leaf.reshape(n, -1) != 0, axis=1) for leaf in tree.flatten(g))
     zero_fraction = float(np.mean(np.asarray(moving) == 0))
 
-    accuracy = []
-    for eps in epsilons:
-        x_adv = x0
-        if eps > 0:
-            x_adv = fn(model, x0, labels, eps=eps, **_with_step(attack_kwargs, eps, iterative))
-            if custom:  # in the eps-ball and the range, or refused
-                x_adv = check_adversarial(custom, x0, x_adv, _Threat(eps, norm, clip_values))
-        accuracy.append(float(np.mean(predict_labels(grad, x_adv, batch_size) == labels)))
-    return {"eps": epsilons, "accuracy": accuracy, "zero_gradient_fraction": zero_fraction}
+    correct = {0.0: predict_labels(grad, x0, batch_size) == labels}
+    for eps in sorted(set(epsilons) - {0.0}):
+        x_adv = fn(model, x0, labels, eps=eps, **_with_step(attack_kwargs, eps, iterative))
+        if custom:  # in the eps-ball and the range, or refused
+            x_adv = check_adversarial(custom, x0, x_adv, _Threat(eps, norm, clip_values))
+        correct[eps] = predict_labels(grad, x_adv, batch_size) == labels
+    raw = [float(np.mean(correct[eps])) for eps in epsilons]
+    accuracy = [float(np.mean(robust)) for robust in _nested(correct, epsilons)]
+    _warn_rising(attack, epsilons, raw, accuracy)
+    return {
+        "eps": epsilons,
+        "accuracy": accuracy,
+        "attack_accuracy": raw,
+        "zero_gradient_fraction": zero_fraction,
+    }
+
+
+def _nested(correct, epsilons):
+    """Per eps, the points classified correctly at every eps' <= eps (the clean point, eps' = 0, too):
+    an example found at eps' lies in every larger ball, so a point broken there is broken at eps."""
+    ordered = sorted(correct)
+    return [np.logical_and.reduce([correct[e] for e in ordered if e <= eps]) for eps in epsilons]
+
+
+def _warn_rising(attack, epsilons, raw, accuracy):
+    """Warns when the attack alone left points robust at an eps that it broke at a smaller one."""
+    missed = [(eps, a, b) for eps, a, b in zip(epsilons, raw, accuracy) if a > b]
+    if not missed:
+        return
+    eps, a, b = missed[0]
+    name = getattr(attack, "__name__", attack)
+    warnings.warn(
+        f"robustness_curve: the attack {name!r} failed at larger eps on points it broke at a smaller one "
+        f"(at eps={eps:g} it alone leaves accuracy {a:.4f}; with the examples of smaller eps, which lie in "
+        f"this ball, {b:.4f}). `accuracy` reports the latter (non-increasing by construction), "
+        "`attack_accuracy` the attack's own figures: a one-step attack that overshoots (FGSM) or too few "
+        "steps; use PGD or APGD with more steps.",
+        RuntimeWarning,
+        stacklevel=3,
+    )

@@ -54,6 +54,21 @@ def zero_gradient(mask):
     return flag("zero_gradient", message, PINTOR)
 
 
+def no_gradient(per_attack):
+    """Flag for gradient attacks that could not run because the loss does not depend on the input (a
+    non-differentiable layer: round, argmax, a comparison), or None."""
+    names = [name for name, record in per_attack.items() if record.get("no_gradient")]
+    if not names:
+        return None
+    message = (
+        f"The model's loss does not depend on its input (a non-differentiable layer such as round, argmax "
+        f"or a comparison), so the gradient attacks {', '.join(names)} could not run and broke nothing: "
+        "only score-based attacks (Square) tested the points, and the robust accuracy may be an "
+        "overestimate. Attack a differentiable approximation of the layer (BPDA)."
+    )
+    return flag("non_differentiable", message, ATHALYE)
+
+
 def probabilities(names):
     """Flag for attacks that read the model's probabilities as logits (their logarithms), or None."""
     if not names:

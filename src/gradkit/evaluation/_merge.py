@@ -94,6 +94,7 @@ def _per_attack(states, sizes, n):
         merged[name] = {
             "accuracy": 1.0 - out["n_broken"] / out["n_points"] if out["n_points"] else None,
             "robust_accuracy": robust / n, **out, "seconds": sum(r["seconds"] for r in records),
+            "no_gradient": any(r.get("no_gradient", False) for r in records),
         }  # fmt: skip
     return merged
 

@@ -103,6 +103,7 @@ def from_state(state, config, *, weights=(), shares=None, backend):
     """
     found = [
         _flags.zero_gradient(state.zero_gradient),
+        _flags.no_gradient(state.per_attack),
         _flags.probabilities(state.from_probabilities),
         _flags.randomized(state.randomized),
         _flags.unconfirmed(state.unconfirmed),

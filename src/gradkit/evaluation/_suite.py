@@ -7,6 +7,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from gradkit import attacks as registry
+from gradkit.errors import DisconnectedGradientError
 from gradkit.evaluation import _plan, _state
 from gradkit.evaluation._result import from_state
 from gradkit.gradients import as_ensemble, member_gradient_norms, predict_batched
@@ -211,12 +212,16 @@ def _run(model, x, labels, entry, config, state, first_block=0):
     """Runs `entry` on the points still robust, block by block of `batch_size` rows (block j, counted from
     `first_block`, seeded with `seed + j`), and records it in `state`."""
     todo = np.flatnonzero(state.robust)
-    before, t0, broken = (state.n_forwards, state.n_gradients), time.perf_counter(), 0
+    before, t0, broken, disconnected = (state.n_forwards, state.n_gradients), time.perf_counter(), 0, False
     step = config.batch_size or max(len(state.robust), 1)
     with tqdm(total=len(todo), desc=entry.name, disable=config.verbose == 0, leave=True) as bar:
         for k, rows in _blocks(todo, step, first_block):
             seed = None if config.seed is None else config.seed + k
-            x_adv, hit, zero = _attack(model, x[rows], labels[rows], entry, config, seed, state)
+            try:
+                x_adv, hit, zero = _attack(model, x[rows], labels[rows], entry, config, seed, state)
+            except DisconnectedGradientError:  # a gradient attack on a non-differentiable model: flagged
+                x_adv, hit, zero = x[rows], np.zeros(len(rows), bool), np.ones(len(rows), bool)
+                disconnected = True
             state.x_adv[rows] = x_adv
             state.robust[rows[hit]] = False
             for i in rows[hit]:
@@ -235,4 +240,5 @@ def _run(model, x, labels, entry, config, state, first_block=0):
         "n_forwards": state.n_forwards - before[0],
         "n_gradients": state.n_gradients - before[1],
         "seconds": time.perf_counter() - t0,
+        "no_gradient": disconnected,
     }

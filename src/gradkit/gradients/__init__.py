@@ -6,9 +6,13 @@ model-input checks, each defined in one private module of this package.
 """
 
 from gradkit.gradients._attack_gradient import AttackGradient
+from gradkit.gradients._attack_gradient import member_forward
 from gradkit.gradients._attack_gradient import member_gradient_norms
 from gradkit.gradients._batches import predict_batched
 from gradkit.gradients._cache import cached
+from gradkit.gradients._decision import classes_from_outputs
+from gradkit.gradients._decision import outputs_are_logits
+from gradkit.gradients._decision import predict_classes
 from gradkit.gradients._ensemble import WeightedEnsemble
 from gradkit.gradients._ensemble import as_ensemble
 from gradkit.gradients._ensemble import weighted_vote
@@ -18,6 +22,7 @@ from gradkit.gradients._labels import check_labels
 from gradkit.gradients._labels import check_sample_weight
 from gradkit.gradients._labels import labels_for_loss
 from gradkit.gradients._losses import LossSpec
+from gradkit.gradients._losses import check_attack_loss
 from gradkit.gradients._losses import resolve_loss
 from gradkit.gradients._model_io import check_model
 from gradkit.gradients._model_io import check_x
@@ -36,16 +41,21 @@ __all__ = [
     "WeightedEnsemble",
     "as_ensemble",
     "cached",
+    "check_attack_loss",
     "check_labels",
     "check_sample_weight",
     "check_model",
+    "classes_from_outputs",
     "check_x",
     "input_gradient",
     "labels_for_loss",
+    "member_forward",
     "member_gradient_norms",
     "n_outputs",
     "output_index",
+    "outputs_are_logits",
     "predict_batched",
+    "predict_classes",
     "resolve_loss",
     "select_output",
     "training_kwargs",

@@ -15,27 +15,22 @@ from gradkit import _checks, backend
 from gradkit.gradients import _objectives
 from gradkit.gradients._batches import batches, padded_size, take
 from gradkit.gradients._cache import compiled
+from gradkit.gradients._decision import outputs_are_logits
 from gradkit.gradients._ensemble import as_ensemble, weighted_vote
-from gradkit.gradients._logits import activation_name, is_opaque, logits_model, output_layer
-from gradkit.gradients._losses import resolve_loss
-from gradkit.gradients._model_io import output_index, select_output, training_kwargs
+from gradkit.gradients._logits import logits_model
+from gradkit.gradients._model_io import output_index, output_key, select_output, training_kwargs
 
 
 def member_forward(member, index):
     """`(model, is_logits)`: the member with its final softmax/sigmoid removed where that is possible.
 
-    A compiled `from_logits=True` loss, or an output layer with no softmax/sigmoid, means logits. A
-    model whose softmax cannot be removed (subclassed) gives probabilities, turned into log-probabilities.
+    Outputs are read as logits or probabilities by `outputs_are_logits` (the rule every prediction in
+    gradkit uses); probabilities whose softmax/sigmoid cannot be removed (subclassed models) are turned
+    into log-probabilities by `as_logits`.
     """
-    spec = resolve_loss(None, member, index) if getattr(member, "loss", None) else None
-    if spec is not None and spec.from_logits:
+    if outputs_are_logits(member, index):
         return member, True
-    layer = output_layer(member, index)
-    if layer is not None and activation_name(layer) in ("softmax", "sigmoid"):
-        return logits_model(member, index)
-    if layer is None or is_opaque(layer):  # subclassed, Lambda, custom layer: only the compiled loss can tell
-        return member, not (spec is not None and spec.is_classification)
-    return member, True
+    return logits_model(member, index)
 
 
 class AttackGradient:
@@ -66,7 +61,11 @@ class AttackGradient:
         self.temperature = _checks.check_real(temperature, "temperature", minimum=0, strict=True)
         first = self.ensemble.models[0]
         self.output_index = output_index(first, output)
-        self._forward = [member_forward(m, self.output_index) for m in self.ensemble.models]
+        self._forward, self._keys = [], []
+        for member in self.ensemble.models:  # each member's own head of that name
+            index = output_index(member, output)
+            self._forward.append(member_forward(member, index))
+            self._keys.append(output_key(self._forward[-1][0], index))
         self.from_probabilities = [not is_logits for _, is_logits in self._forward]
         self._kwargs = training_kwargs(first, False)
         key = dict(loss=self.loss, combination=self.combination, targeted=self.targeted,
@@ -91,8 +90,8 @@ class AttackGradient:
     def _objective(self, trainables, non_trainables, x, y, weights):
         logits = []
         for k, (model, is_logits) in enumerate(self._forward):
-            out, _ = model.stateless_call(trainables[k], non_trainables[k], x, **self._kwargs)
-            logits.append(_objectives.as_logits(select_output(out, self.output_index), is_logits))
+            out, _ = backend.stateless_call(model, trainables[k], non_trainables[k], x, **self._kwargs)
+            logits.append(_objectives.as_logits(select_output(out, self._keys[k]), is_logits))
         labels, targets = y
         values = _objectives.combine(
             logits, weights["alpha"], labels, targets, loss=self.loss, combination=self.combination,

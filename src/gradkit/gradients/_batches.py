@@ -29,6 +29,30 @@ def padded_size(n_rows, batch_size):
     return -(-size // multiple) * multiple
 
 
+def unpadded_size(n_rows):
+    """The rows of a compiled call in training mode: `n_rows` itself, never padded (padding rows would
+    enter BatchNormalization's batch statistics and change every row's gradient).
+
+    Raises:
+        ValueError: under a data-parallel `keras.distribution`, `n_rows` is not a multiple of the device
+            count (the batch cannot be sharded evenly without padding).
+    """
+    multiple = backend.batch_multiple()
+    if n_rows % multiple:
+        raise ValueError(
+            f"training=True never pads a batch (padding rows would enter the batch statistics), so its "
+            f"rows must be a multiple of the {multiple} devices of the active keras.distribution. "
+            f"Received: a batch of {n_rows} rows (choose batch_size and the number of rows accordingly)"
+        )
+    return n_rows
+
+
+def call_size(n_rows, batch_size, training):
+    """The rows of a compiled call of `n_rows` rows: `padded_size` (row counts bucketed), or in training
+    mode `unpadded_size` (the batch statistics are those of exactly these rows)."""
+    return unpadded_size(n_rows) if training else padded_size(n_rows, batch_size)
+
+
 def take(structure, start, stop, pad_to, zeros=False):
     """Rows start:stop of every leaf, padded up to `pad_to` rows with copies of the first row (or 0)."""
 

@@ -2,11 +2,12 @@
 
 import keras
 import numpy as np
+from keras import tree
 
 from gradkit import _checks
 from gradkit.gradients._batches import predict_batched
-from gradkit.gradients._losses import resolve_loss
-from gradkit.gradients._model_io import check_model, output_index, select_output
+from gradkit.gradients._decision import check_readable, outputs_are_logits
+from gradkit.gradients._model_io import check_model, output_index, output_key, select_output
 
 
 def _shapes(tensors):
@@ -82,15 +83,16 @@ class WeightedEnsemble:
     def _member_proba(self, model, x, batch_size, output=None, from_logits=None):
         """Class probabilities `(n, n_classes)` float64 of one member's `output`.
 
-        `from_logits` None: taken from the loss the member was compiled with (False when it has none).
+        `from_logits` None: read by `outputs_are_logits` (the compiled loss, else the output layer).
         """
         index = output_index(model, output)
-        out = np.asarray(select_output(predict_batched(model, x, batch_size), index), dtype=np.float64)
+        out = predict_batched(model, x, batch_size)
+        out = np.asarray(select_output(out, output_key(model, index)), dtype=np.float64)
         out = out.reshape(len(out), -1)
         if from_logits is None:
-            spec = resolve_loss(None, model, output) if getattr(model, "loss", None) else None
-            from_logits = spec is not None and spec.from_logits
-        if out.shape[-1] == 1:  # one sigmoid unit: P(class 1)
+            check_readable(model, index, out.shape)
+            from_logits = outputs_are_logits(model, index)
+        if out.shape[-1] == 1:  # one sigmoid unit: P(class 1), class 1 when > 0.5 (see `_decision`)
             p = 1.0 / (1.0 + np.exp(-out)) if from_logits else out
             return np.concatenate([1.0 - p, p], axis=-1)
         if from_logits:
@@ -181,3 +183,16 @@ def as_ensemble(model_or_ensemble):
         "`model` must be a keras.Model, a gradkit.WeightedEnsemble or a fitted boosting estimator. "
         f"Received: {type(model_or_ensemble).__name__}"
     )
+
+
+def normalize_and_weight(grads, weights):
+    """(K, n, ...) member gradients -> sum_k alpha_k g_k / ||g_k||_2 (norm per sample, all inputs)."""
+    leaves = tree.flatten(grads)
+    k, n = leaves[0].shape[:2]
+    sq = sum(np.square(g.reshape(k, n, -1)).sum(axis=-1) for g in leaves)
+    scale = np.asarray(weights).reshape(k, 1) / np.maximum(np.sqrt(sq), 1e-12)
+
+    def combine(g):
+        return np.einsum("kn,kn...->n...", scale, g)
+
+    return tree.map_structure(combine, grads)

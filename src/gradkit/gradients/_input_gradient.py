@@ -12,13 +12,20 @@ import numpy as np
 from keras import tree
 
 from gradkit import _checks, _keras_internals, backend
-from gradkit.gradients._batches import batches, padded_size, rows, take
+from gradkit.gradients._batches import batches, call_size, rows, take
 from gradkit.gradients._cache import cached, compiled, split_of, variable_split
-from gradkit.gradients._ensemble import as_ensemble
+from gradkit.gradients._ensemble import as_ensemble, normalize_and_weight
 from gradkit.gradients._labels import check_labels, check_sample_weight
 from gradkit.gradients._logits import classifier_forward
 from gradkit.gradients._losses import attack_per_sample, loss_scale, resolve_loss, unscaled
-from gradkit.gradients._model_io import check_x, n_outputs, output_index, select_output, training_kwargs
+from gradkit.gradients._model_io import (
+    check_x,
+    n_outputs,
+    output_index,
+    output_key,
+    select_output,
+    training_kwargs,
+)
 
 
 class InputGradient:
@@ -41,24 +48,28 @@ class InputGradient:
             model) the probabilities are used as Keras' loss uses them, with a warning (once per
             model) and `from_probabilities` set: on JAX and PyTorch, samples with a saturated
             softmax then get zero gradients. Binary cross-entropy on a k-unit output (multi-label)
-            is refused: input gradients need one true class per sample. For cross-entropy
-            losses this is the plain cross-entropy of the hard labels, the loss attacks maximize
-            (as in ART and foolbox): a compiled `label_smoothing` or `ignore_class` is not applied
-            (weight gradients, which reproduce `fit`, do apply them).
+            is refused: input gradients need one true class per sample. A cross-entropy's
+            `label_smoothing` and `ignore_class` are applied as Keras applies them (an ignored
+            row's gradient is 0); the attacks, which maximize the plain cross-entropy, refuse them.
         training: the mode the model runs in. Defaults to False (inference: Dropout off, BatchNorm
             uses its moving statistics). With True, Dropout and BatchNorm run in training mode, but
             no model variable (BatchNorm statistics, seed state) is ever changed: every call draws
             the same Dropout mask (the seed state is not advanced), and BatchNorm's batch statistics
-            mix the rows of a batch (padding rows included), so rows are independent of their batch
-            only with training=False. Except on PyTorch for a random layer made without `seed=`
-            (`Dropout(0.5)`): Keras then draws from torch's global generator, a new mask per call
-            (and the global stream advances); a UserWarning names such layers. Give them `seed=`.
-        output: name or index of the output to differentiate, for models with several outputs.
-        batch_size: rows per compiled call; the last batch is padded with zero-weight rows so it
-            reuses the same compiled function. Defaults to None (the whole input in one call).
+            mix the rows of a batch (of `batch_size` rows, the last one smaller; never padded in
+            training mode), so rows are independent of their batch only with training=False.
+            Except on PyTorch for a random layer made without `seed=` (`Dropout(0.5)`): Keras then
+            draws from torch's global generator, a new mask per call (and the global stream
+            advances); a UserWarning names such layers. Give them `seed=`.
+        output: the output to differentiate, for models with several outputs: a dict output's key or
+            an output layer's name (an index counts in `model.outputs` order, which Keras sorts).
+        batch_size: rows per compiled call; with training=False the last batch is padded with
+            zero-weight rows so it reuses the same compiled function (with training=True nothing is
+            padded: padding rows would enter the batch statistics). Defaults to None (the whole input
+            in one call).
             Under an active `keras.distribution` (JAX backend only; see docs/scaling.md) each batch
             is padded to a multiple of the device count and sharded along the batch axis, so every
-            device computes its rows in the same compiled call.
+            device computes its rows in the same compiled call (with training=True each batch must
+            hold a multiple of the device count, else ValueError).
 
     Call args:
         x: float array `(n, *input_shape)`, or a list/dict of them for multi-input models.
@@ -95,11 +106,14 @@ class InputGradient:
         first = self.ensemble.models[0]
         self.output_index = output_index(first, output)
         self.n_classes = n_outputs(first, self.output_index)
-        self.specs, self._forward = [], []
+        self.specs, self._forward, self._keys = [], [], []
         for member in self.ensemble.models:
             spec = resolve_loss(loss, member, output)
             self.specs.append(spec)
-            self._forward.append(self._forward_model(member, spec))
+            index = output_index(member, output)  # each member's own head of that name
+            forward, is_logits = self._forward_model(member, spec, index)
+            self._forward.append((forward, is_logits))
+            self._keys.append(output_key(forward, index))
         kinds = {s.kind for s in self.specs}
         if len(kinds) > 1:
             raise ValueError(f"All ensemble members must use the same kind of loss. Received: {kinds}")
@@ -120,19 +134,19 @@ class InputGradient:
     def _compile(self):
         return backend.compile_grad(self._loss, "x", per_output=self._stacked)
 
-    def _forward_model(self, member, spec):
+    def _forward_model(self, member, spec, index):
         if not spec.is_classification or spec.from_logits:
             return member, spec.from_logits
         if spec.kind == "binary" and self.n_classes > 1:  # multi-label: refused by `check`
             return member, False
         activation = "sigmoid" if spec.kind == "binary" else "softmax"
-        return classifier_forward(member, self.output_index, activation)
+        return classifier_forward(member, index, activation)
 
     def _loss(self, trainables, non_trainables, x, y, sample_weight):
         terms = []
         for k, (model, is_logits) in enumerate(self._forward):
-            out, _ = model.stateless_call(trainables[k], non_trainables[k], x, **self._kwargs)
-            out = select_output(out, self.output_index)
+            out, _ = backend.stateless_call(model, trainables[k], non_trainables[k], x, **self._kwargs)
+            out = select_output(out, self._keys[k])
             per_sample = attack_per_sample(self.specs[k], y, out, is_logits)
             terms.append(keras.ops.sum(per_sample * sample_weight["rows"]) * sample_weight["scale"])
         if self._stacked:
@@ -169,7 +183,7 @@ class InputGradient:
         non_trainables = [backend.variable_values(n) for _, n in lists]
         parts, alpha = [], keras.ops.convert_to_tensor(np.asarray(self.ensemble.weights, "float32"))
         for start, stop in batches(n, self.batch_size):
-            pad = padded_size(stop - start, self.batch_size)  # row counts bucketed
+            pad = call_size(stop - start, self.batch_size, self.training)
             xb, yb, wb = backend.distribute_batch(
                 (
                     take(x, start, stop, pad),
@@ -182,7 +196,7 @@ class InputGradient:
             parts[-1] = tree.map_structure(lambda g, r=stop - start: rows(g, r, self._stacked), parts[-1])
         grads = tree.map_structure(lambda *p: np.concatenate(p, axis=int(self._stacked)), *parts)
         if self._stacked:
-            grads = _normalize_and_weight(grads, self.ensemble.weights)
+            grads = normalize_and_weight(grads, self.ensemble.weights)
         return tree.map_structure(lambda g: g.astype(np.float32, copy=False), grads)
 
     def _grads(self, trainables, non_trainables, x, y, weights, scale):
@@ -207,19 +221,6 @@ def _warn_unseeded(models):
             UserWarning,
             stacklevel=3,
         )
-
-
-def _normalize_and_weight(grads, weights):
-    """(K, n, ...) member gradients -> sum_k alpha_k g_k / ||g_k||_2 (norm per sample, all inputs)."""
-    leaves = tree.flatten(grads)
-    k, n = leaves[0].shape[:2]
-    sq = sum(np.square(g.reshape(k, n, -1)).sum(axis=-1) for g in leaves)
-    scale = np.asarray(weights).reshape(k, 1) / np.maximum(np.sqrt(sq), 1e-12)
-
-    def combine(g):
-        return np.einsum("kn,kn...->n...", scale, g)
-
-    return tree.map_structure(combine, grads)
 
 
 def input_gradient(

@@ -45,7 +45,7 @@ def check_labels(y, n, n_classes, spec, name="y", *, fit_targets=False):
             f"(n,) or one-hot rows of shape (n, {n_classes}). The cross-entropy of a "
             "distribution with itself has zero gradient, so attacks would do nothing."
         )
-    return _class_ids(arr, n, n_classes, name)
+    return _class_ids(arr, n, n_classes, name, getattr(spec, "ignore_class", None))
 
 
 def _fit_binary(arr, n, units, name):
@@ -74,7 +74,7 @@ def _binary_ids(arr, n, units, name):
     return arr.reshape(n, -1).astype(np.int32)[:, 0]
 
 
-def _class_ids(arr, n, n_classes, name):
+def _class_ids(arr, n, n_classes, name, ignore_class=None):
     flat = arr.reshape(n, -1)
     if flat.shape[1] != 1:
         raise ValueError(
@@ -89,10 +89,13 @@ def _class_ids(arr, n, n_classes, name):
             f"the first {name}[{i}]={flat[i, 0]!r}"
         )
     ids = flat[:, 0].astype(np.int64)
-    if ids.min() < 0 or (n_classes and ids.max() >= n_classes):  # n_classes 0: unknown (subclassed)
+    kept = (
+        ids if ignore_class is None else ids[ids != ignore_class]
+    )  # the loss's ignored class may lie outside
+    if kept.size and (kept.min() < 0 or (n_classes and kept.max() >= n_classes)):  # n_classes 0: unknown
         raise ValueError(
             f"`{name}` holds class ids outside [0, {n_classes - 1}]. "
-            f"Received: min={ids.min()}, max={ids.max()}"
+            f"Received: min={kept.min()}, max={kept.max()}"
         )
     return ids.astype(np.int32)
 

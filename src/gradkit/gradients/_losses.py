@@ -31,6 +31,8 @@ import keras
 import numpy as np
 from keras import tree
 
+from gradkit.gradients._model_io import output_index, output_names
+
 _KINDS = (
     (keras.losses.sparse_categorical_crossentropy, "sparse"),
     (keras.ops.sparse_categorical_crossentropy, "sparse"),
@@ -53,6 +55,8 @@ class LossSpec:
     from_logits: bool
     name: str
     reduction: str = "sum_over_batch_size"
+    label_smoothing: float = 0.0  # categorical and binary cross-entropy, as Keras applies it
+    ignore_class: int | None = None  # sparse cross-entropy: rows of this label have no loss
 
     @property
     def is_classification(self):
@@ -90,12 +94,14 @@ def resolve_loss(loss, model=None, output=None):
                 f"losses the way `fit` does with them. Received: loss with reduction={loss.reduction!r}"
             )
         inner = getattr(loss, "fn", None)
-        from_logits = bool(loss.get_config().get("from_logits", False))
+        config = loss.get_config()
         reduction = "sum_over_batch_size" if loss.reduction in _UNREDUCED else loss.reduction
-        return LossSpec(loss.call, _kind(inner), from_logits, _name(inner or loss), reduction)
+        return LossSpec(loss.call, _kind(inner), bool(config.get("from_logits", False)), _name(inner or loss),
+                        reduction, **_options(config))  # fmt: skip
     if callable(loss):
         inner, keywords = (loss.func, loss.keywords) if isinstance(loss, functools.partial) else (loss, {})
-        return LossSpec(loss, _kind(inner), bool(keywords.get("from_logits", False)), _name(inner))
+        kind, from_logits = _kind(inner), bool(keywords.get("from_logits", False))
+        return LossSpec(loss, kind, from_logits, _name(inner), **_options(keywords))
     raise TypeError(
         "`loss` must be None, a loss name, a keras.losses.Loss or a callable. "
         f"Received: loss={loss!r} of type {type(loss).__name__}"
@@ -111,14 +117,23 @@ def _compiled_loss(model, output):
             "Received: loss=None"
         )
     if isinstance(loss, dict) and not _is_config(loss):
-        names = list(getattr(model, "output_names", []))
-        key = output if isinstance(output, str) else names[output or 0]
+        index = output_index(model, output)
+        lists = (output_names(model), list(getattr(model, "output_names", None) or []))
+        names = [n[index] for n in lists if index < len(n)] or [output]
+        key = next((name for name in names if name in loss), names[0])  # a dict key, else the layer's name
         if key not in loss:
             raise ValueError(f"The compiled loss has no entry for output {key!r}: {list(loss)}")
         return loss[key]
     if isinstance(loss, (list, tuple)):
-        return loss[output or 0]
+        return loss[output_index(model, output)]
     return loss
+
+
+def _options(config):
+    """The label options of a Keras cross-entropy: `label_smoothing` (a float) and `ignore_class`."""
+    ignore = config.get("ignore_class")
+    return {"label_smoothing": float(config.get("label_smoothing") or 0.0),
+            "ignore_class": None if ignore is None else int(ignore)}  # fmt: skip
 
 
 def _is_config(loss):
@@ -149,6 +164,11 @@ def keras_per_sample(spec, y, y_pred):
 def keras_reduced(spec, y, y_pred, sample_weight):
     """The loss `fit` minimizes for one output: sample-weighted per-sample losses reduced by `spec.reduction`
     (divided by the batch size, or by the sum of the weights for "mean_with_sample_weight")."""
+    if spec.ignore_class is not None:  # Keras masks these rows and averages over the others
+        kept = keras.ops.cast(keras.ops.reshape(y, (-1,)) != spec.ignore_class, "float32")
+        total = keras.ops.sum(keras_per_sample(spec, y, y_pred) * sample_weight * kept)
+        count = keras.ops.sum(sample_weight * kept if spec.reduction == "mean_with_sample_weight" else kept)
+        return keras.ops.divide_no_nan(total, count)
     total = keras.ops.sum(keras_per_sample(spec, y, y_pred) * sample_weight)
     if spec.reduction == "mean_with_sample_weight":
         return keras.ops.divide_no_nan(total, keras.ops.sum(sample_weight))
@@ -156,15 +176,40 @@ def keras_reduced(spec, y, y_pred, sample_weight):
 
 
 def attack_per_sample(spec, ids_or_y, out, out_is_logits):
-    """Per-sample loss of shape (batch,) for input gradients: cross-entropy from logits if known."""
+    """Per-sample loss of shape (batch,) for input gradients: cross-entropy from logits if known, with
+    the loss's `label_smoothing` and `ignore_class` applied as Keras applies them (an ignored row's loss
+    is 0)."""
     out = keras.ops.cast(out, "float32")
+    smoothing = spec.label_smoothing
+    if spec.kind in ("sparse", "categorical") and smoothing:
+        y = keras.ops.one_hot(ids_or_y, out.shape[-1]) * (1.0 - smoothing) + smoothing / out.shape[-1]
+        return keras.ops.categorical_crossentropy(y, out, from_logits=out_is_logits)
     if spec.kind in ("sparse", "categorical"):
-        return keras.ops.sparse_categorical_crossentropy(ids_or_y, out, from_logits=out_is_logits)
+        if spec.ignore_class is None:
+            return keras.ops.sparse_categorical_crossentropy(ids_or_y, out, from_logits=out_is_logits)
+        kept = ids_or_y != spec.ignore_class
+        ids = keras.ops.where(kept, ids_or_y, keras.ops.zeros_like(ids_or_y))
+        values = keras.ops.sparse_categorical_crossentropy(ids, out, from_logits=out_is_logits)
+        return values * keras.ops.cast(kept, "float32")
     if spec.kind == "binary":
-        y = keras.ops.cast(keras.ops.reshape(ids_or_y, (-1, 1)), "float32")
+        y = (
+            keras.ops.cast(keras.ops.reshape(ids_or_y, (-1, 1)), "float32") * (1.0 - smoothing)
+            + 0.5 * smoothing
+        )
         values = keras.ops.binary_crossentropy(y, out, from_logits=out_is_logits)
         return keras.ops.mean(values, axis=-1)
     return keras_per_sample(spec, ids_or_y, out)
+
+
+def check_attack_loss(spec):
+    """Raises ValueError for a Keras cross-entropy with `label_smoothing` or `ignore_class`, which an
+    attack's "ce" objective (the plain cross-entropy of the hard labels) would silently drop."""
+    if spec.label_smoothing or spec.ignore_class is not None:
+        raise ValueError(
+            "`loss` must be a cross-entropy the attacks maximize as it is (the plain cross-entropy of the "
+            f"hard labels). Received: loss {spec.name!r} with label_smoothing={spec.label_smoothing}, "
+            f"ignore_class={spec.ignore_class} (pass loss='ce', 'dlr' or 'margin' to attack without them)"
+        )
 
 
 def loss_scale(models):

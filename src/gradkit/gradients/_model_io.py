@@ -140,31 +140,84 @@ def _check_leaf(arr, spec, label, name, require_float):
     return arr
 
 
+def output_names(model):
+    """The names `output=` takes, one per entry of `model.outputs` and in that order.
+
+    A Functional model built with a dict of outputs is named by the dict's keys (Keras orders dict outputs
+    differently across versions, keras#20596, so a head is found by its key, never by its position);
+    other models by the names of their output layers (`model.output_names`). Empty for subclassed models.
+    """
+    outputs = list(getattr(model, "outputs", None) or [])
+    layer_names = list(getattr(model, "output_names", None) or [])
+    structure = _keras_internals.output_structure(model)
+    if isinstance(structure, dict) and all(not tree.is_nested(v) for v in structure.values()):
+        by_tensor = {id(tensor): key for key, tensor in structure.items()}
+        if all(id(t) in by_tensor for t in outputs):
+            return [str(by_tensor[id(t)]) for t in outputs]
+    return layer_names if len(layer_names) == len(outputs) else [f"output_{i}" for i in range(len(outputs))]
+
+
+def describe_outputs(model):
+    """`'cls' (shape (None, 3)), 'aux' (shape (None, 1))`: the outputs for error messages."""
+    outputs = list(getattr(model, "outputs", None) or [])
+    return ", ".join(f"{n!r} (shape {tuple(t.shape)})" for n, t in zip(output_names(model), outputs))
+
+
 def output_index(model, output):
-    """Resolves `output` (None, a name or an index) to an index into the model's outputs."""
+    """Resolves `output` to an index into `model.outputs` (the order of `output_names(model)`).
+
+    `output` is None (a model with one output), a name (a dict output's key, or an output layer's name,
+    for dict outputs too) or an index into `model.outputs`. Raises ValueError naming the argument, the
+    outputs there are and their shapes.
+    """
     outputs = getattr(model, "outputs", None) or [None]
-    names = list(getattr(model, "output_names", None) or [])
+    names = output_names(model)
     if output is None:
         if len(outputs) > 1:
             raise ValueError(
-                f"The model has {len(outputs)} outputs {names}: pass `output=` (a name or an index) "
-                "to say which one the loss is computed on."
+                f"The model has {len(outputs)} outputs {describe_outputs(model)}: pass `output=` (a name) "
+                "to say which one the loss is computed on. Received: output=None"
             )
         return 0
     if isinstance(output, str):
-        if output not in names:
-            raise ValueError(f"`output` must be one of {names}. Received: output={output!r}")
-        return names.index(output)
-    if isinstance(output, (int, np.integer)) and 0 <= output < len(outputs):
+        layer_names = list(getattr(model, "output_names", None) or [])
+        for candidates in (names, layer_names):
+            if output in candidates and len(candidates) == len(outputs):
+                return candidates.index(output)
+        available = describe_outputs(model) or "none by name (a subclassed model: pass an index)"
+        raise ValueError(
+            f"`output` must be one of the model's output names: {available}. Received: output={output!r}"
+        )
+    if isinstance(output, (int, np.integer)) and not isinstance(output, bool) and 0 <= output < len(outputs):
         return int(output)
-    raise ValueError(f"`output` must be a name in {names} or an index < {len(outputs)}. Received: {output!r}")
+    raise ValueError(
+        f"`output` must be a name of one of the model's outputs ({describe_outputs(model) or 'one output'}) "
+        f"or an index < {len(outputs)}. Received: output={output!r}"
+    )
 
 
-def select_output(outputs, index):
-    if isinstance(outputs, dict):
-        return list(outputs.values())[index]
-    if isinstance(outputs, (list, tuple)):
-        return outputs[index]
+def output_key(model, index):
+    """Where `select_output` finds output `index` of `model` in what its call returns: the dict key of a
+    dict output (found by name whatever order the dict comes in), else the index itself."""
+    structure = _keras_internals.output_structure(model)
+    if isinstance(structure, dict) and getattr(model, "outputs", None):
+        return output_names(model)[index]
+    return index
+
+
+def select_output(outputs, key):
+    """The output `key` (from `output_key`) of what a model's call returned.
+
+    A str key is looked up in a dict by name; an int key indexes the flattened outputs (`keras.tree`
+    order, the order of `model.outputs`); a single tensor is returned as it is.
+    """
+    if isinstance(key, str):
+        if not isinstance(outputs, dict) or key not in outputs:
+            found = list(outputs) if isinstance(outputs, dict) else type(outputs).__name__
+            raise ValueError(f"The model's call returned no output named {key!r} (it returned {found}).")
+        return outputs[key]
+    if isinstance(outputs, (dict, list, tuple)):
+        return tree.flatten(outputs)[key]
     return outputs
 
 
@@ -183,7 +236,9 @@ def n_outputs(model, index, x=None):
     if key not in cache:
         specs = tree.map_structure(lambda a: keras.KerasTensor((1, *a.shape[1:]), dtype=str(a.dtype)), x)
         try:
-            cache[key] = int(select_output(model.compute_output_spec(specs), index).shape[-1] or 0)
+            cache[key] = int(
+                select_output(model.compute_output_spec(specs), output_key(model, index)).shape[-1] or 0
+            )
         except Exception:  # a model Keras cannot trace symbolically: the loss alone checks the labels
             cache[key] = 0
     return cache[key]

@@ -18,7 +18,7 @@ from keras import ops
 
 LOSSES = ("ce", "dlr", "margin")
 COMBINATIONS = ("loss_sum", "logit_mean", "prob_mean", "vote_margin")
-_BIG = 1e4  # pushes a class out of a max/sort without inf arithmetic
+_LOWEST = -3.0e38  # pushes a class out of a max without inf arithmetic, whatever the logits' scale
 _TINY = 1e-12
 
 
@@ -30,8 +30,9 @@ def _one_hot(labels, z):
 
 
 def _other_max(z, onehot):
-    """max_{j != y} z_j, `(n,)`."""
-    return ops.max(z - _BIG * onehot, axis=-1)
+    """max_{j != y} z_j, `(n,)`. The true class is replaced by the lowest float32, not shifted by a
+    constant: logits of any scale (a model whose logits are multiplied by 1e5) keep it out of the max."""
+    return ops.max(ops.where(onehot > 0, _LOWEST, z), axis=-1)
 
 
 def ce(z, y, t, targeted):

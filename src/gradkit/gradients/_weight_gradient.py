@@ -12,6 +12,8 @@ from gradkit.gradients._model_io import (
     check_x,
     n_outputs,
     output_index,
+    output_key,
+    output_names,
     select_output,
     training_kwargs,
 )
@@ -36,8 +38,10 @@ class WeightGradient:
             the model's seed state, BatchNorm normalizes with the batch statistics); no variable of
             the model is changed.
         include_regularization: add `model.losses` (weight and activity regularizers). Defaults to True.
-        output: name or index of a single output to use, for multi-output models. Defaults to None:
-            a single-output model's only output, or every output with a compiled loss.
+        output: a single output to use, for multi-output models: a dict output's key or an output
+            layer's name (or an index into `model.outputs`). Defaults to None: a single-output model's
+            only output, or every output with a compiled loss (a dict of losses and of `loss_weights`
+            is read by the outputs' names, as `fit` reads it).
     """
 
     def __init__(self, model, *, loss=None, training=True, include_regularization=True, output=None):
@@ -55,12 +59,13 @@ class WeightGradient:
         return backend.compile_grad(self._loss, "trainable")
 
     def _loss(self, trainable, non_trainable, x, y, weights):
-        out, _, reg = self.model.stateless_call(
-            trainable, non_trainable, x, return_losses=True, **self._kwargs
+        out, _, reg = backend.stateless_call(
+            self.model, trainable, non_trainable, x, return_losses=True, **self._kwargs
         )
         total = 0.0
         for (index, spec, weight), target in zip(self.heads, y):
-            total = total + weight * keras_reduced(spec, target, select_output(out, index), weights["rows"])
+            head = select_output(out, output_key(self.model, index))
+            total = total + weight * keras_reduced(spec, target, head, weights["rows"])
         if self.include_regularization and reg:
             total = total + sum(keras.ops.cast(r, "float32") for r in reg)
         return total * weights["scale"]
@@ -96,10 +101,12 @@ class WeightGradient:
     def _targets(self, x, y, n):
         """One tensor per head: the targets in the form its Keras loss takes (as `fit` takes them)."""
         if isinstance(y, dict):
-            names = list(self.model.output_names)
+            names = output_names(self.model)
             missing = [names[i] for i, _, _ in self.heads if names[i] not in y]
             if missing:
-                raise ValueError(f"`y` lacks targets for the outputs {missing}.")
+                raise ValueError(
+                    f"`y` lacks targets for the outputs {missing}. Received: y with keys {list(y)}"
+                )
             targets = [y[names[i]] for i, _, _ in self.heads]
         else:
             targets = y if len(self.heads) > 1 else [y]
@@ -116,8 +123,10 @@ class WeightGradient:
 
 
 def _heads(model, loss, output):
-    """[(output index, LossSpec, loss weight)] for the outputs the training loss covers."""
-    names = list(getattr(model, "output_names", None) or [])
+    """[(output index, LossSpec, loss weight)] for the outputs the training loss covers, each found by
+    name: a dict of losses or loss weights is read by the outputs' names (dict keys, else layer names)."""
+    names = output_names(model)
+    layer_names = list(getattr(model, "output_names", None) or [])
     if output is not None or len(getattr(model, "outputs", None) or [None]) == 1:
         index = output_index(model, output)
         return [(index, resolve_loss(loss, model, output), 1.0)]
@@ -127,18 +136,20 @@ def _heads(model, loss, output):
 
     def weight(index):
         if isinstance(weights, dict):
-            return float(weights.get(names[index], 1.0))
+            key = names[index] if names[index] in weights else layer_names[index]
+            return float(weights.get(key, 1.0))
         if isinstance(weights, (list, tuple)):
             return float(weights[index])
         return 1.0 if weights is None else float(weights)  # one number for one loss over all heads
 
     if isinstance(compiled, dict):
-        chosen = [(names.index(k), k) for k in names if compiled.get(k) is not None]
+        keys = [(i, n if n in compiled else layer_names[i]) for i, n in enumerate(names)]
+        chosen = [(i, k) for i, k in keys if compiled.get(k) is not None]
     elif isinstance(compiled, (list, tuple)):
         chosen = [(i, i) for i, v in enumerate(compiled) if v is not None]
     else:
         return [(i, resolve_loss(compiled, model, i), weight(i)) for i in range(len(names))]
-    return [(index, resolve_loss(compiled[key], model, key), weight(index)) for index, key in chosen]
+    return [(index, resolve_loss(compiled[key], model, index), weight(index)) for index, key in chosen]
 
 
 def weight_gradients(

@@ -89,6 +89,12 @@ def _prepare_data(config):
     data = _fit_devices(data, config.batch_size)
     if config.model == "cnn" and data.x_train.ndim != 4:
         raise ConfigError(f'`model="cnn"` needs images; {data.name!r} holds flat features: use model="mlp".')
+    if "apgd-t" in config.attacks and data.n_classes < 4:  # before any training, not after it
+        raise ConfigError(
+            f"`attacks` holds 'apgd-t', whose targeted DLR loss needs at least 4 classes; {data.name!r} has "
+            f"{data.n_classes}. Use apgd-ce, square or standard (which skips APGD-T there). "
+            f"Received: attacks={','.join(config.attacks)}"
+        )
     if config.model not in ("cnn", "mlp"):  # your own network: checked once before anything is written
         try:
             model_from_function(config.model, data.x_train.shape[1:], data.n_classes)

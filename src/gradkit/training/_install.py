@@ -123,7 +123,8 @@ def adversarial_training(
     Raises:
         TypeError: `model` is not a `keras.Model`; an argument of the wrong type.
         ValueError: an unknown `attack` or `loss`, `eps` < 0, `eps_step` <= 0, `steps` < 1, a bad
-            `norm` or `clip_values`, `beta` < 0, `ratio` outside (0, 1], a bad `seed`; "trades" on a
+            `norm` or `clip_values`, `beta` < 0, `ratio` outside (0, 1], a bad `seed`; a model with
+            several inputs or outputs; "trades" on a
             model compiled with a loss that is not a categorical cross-entropy. All before any change.
 
     References:

@@ -11,7 +11,8 @@ import keras
 import numpy as np
 
 from gradkit import _checks
-from gradkit.attacks import default_eps_step, fgsm, pgd
+from gradkit.attacks import default_eps_step, fgsm, gradient_for, pgd, prepare
+from gradkit.gradients import predict_classes
 
 
 def collapsed(pgd_accuracies, fgsm_accuracy, *, drop=0.2, gap=0.3, floor=0.05):
@@ -75,9 +76,13 @@ class CatastrophicOverfittingCheck(keras.callbacks.Callback):
         self.seed = _checks.check_seed(seed)
         self.pgd_accuracies, self.fgsm_accuracies, self.warned_epochs = [], [], []
 
+    def on_train_begin(self, logs=None):
+        """Checks `x`, `y` and `clip_values` against the model before the first epoch, not after it."""
+        prepare(gradient_for(self.model), self.x, self.y, self.clip_values)
+
     def _accuracy(self, x_adv):
         ids = self.y if self.y.ndim == 1 else np.argmax(self.y, axis=-1)
-        pred = np.argmax(np.asarray(self.model.predict(x_adv, verbose=0)), axis=-1)
+        pred = predict_classes(self.model, x_adv)  # one unit: a threshold, not an argmax
         return float(np.mean(pred == ids))
 
     def on_epoch_end(self, epoch, logs=None):

@@ -35,9 +35,18 @@ def _default_eps_step(attack, eps, steps, random_start):
 
 
 def check_model(model, loss):
-    """TypeError unless `model` is a `keras.Model`; for TRADES a compiled model must have a classification
-    loss (an uncompiled one is checked when the training step is first traced)."""
+    """TypeError unless `model` is a `keras.Model`; ValueError for a model with several inputs or outputs
+    (one attacked input and one loss); for TRADES a compiled model must have a classification loss (an
+    uncompiled one is checked when the training step is first traced)."""
     gradients.check_model(model)
+    for what in ("inputs", "outputs"):
+        tensors = getattr(model, what, None) if model.built else None
+        if tensors is not None and len(tensors) != 1:
+            names = [getattr(t, "name", "?") for t in tensors]
+            raise ValueError(
+                "`model` must have one input and one output for adversarial training (one attacked input, "
+                f"one loss). Received: model {model.name!r} with {len(tensors)} {what} {names}"
+            )
     if loss == "trades" and getattr(model, "loss", None) is not None:
         check_trades_loss(model)
 

@@ -1,0 +1,97 @@
+"""The one decision rule: which class a classifier's output predicts.
+
+Every place in gradkit that turns outputs into class ids (attack success, `evaluate`, the study, boosting's
+votes, the catastrophic-overfitting check) reads an output through this module:
+
+- `(n, C)` with C >= 2: the argmax (ties to the lower class id), logits or probabilities alike;
+- one unit `(n, 1)` (binary classifier): class 1 when the sigmoid probability is > 0.5, that is when the
+  logit is > 0. Whether a unit holds a logit or a probability is read from the compiled loss
+  (`from_logits`), else from the output layer (a final sigmoid/softmax: probabilities; a Keras layer with
+  no such activation: logits). An argmax over one column would predict class 0 for every row.
+"""
+
+import numpy as np
+
+from gradkit.gradients._batches import predict_batched
+from gradkit.gradients._logits import activation_name, is_opaque, output_layer
+from gradkit.gradients._losses import resolve_loss
+from gradkit.gradients._model_io import output_index, output_key, select_output
+
+
+def compiled_spec(model, index):
+    """The `LossSpec` of the compiled loss for output `index`, or None when the model has no loss."""
+    if not getattr(model, "loss", None):
+        return None
+    return resolve_loss(None, model, index)
+
+
+def outputs_are_logits(model, index=0):
+    """True when output `index` of `model` holds logits, False when it holds probabilities.
+
+    A compiled loss with `from_logits=True` means logits; else the output operation decides: a final
+    softmax or sigmoid means probabilities, any other Keras layer (a linear `Dense`) logits. For code
+    gradkit cannot read (a subclassed model, a `Lambda`, a custom layer), a compiled classification loss
+    without `from_logits` means probabilities, anything else logits. The attacks read outputs the same way
+    (`gradkit.gradients.AttackGradient`), so they judge success by the same rule.
+    """
+    spec = compiled_spec(model, index)
+    if spec is not None and spec.from_logits:
+        return True
+    layer = output_layer(model, index)
+    if layer is not None and activation_name(layer) in ("softmax", "sigmoid"):
+        return False
+    if layer is None or is_opaque(layer):
+        return not (spec is not None and spec.is_classification)
+    return True
+
+
+def readable(model, index=0):
+    """True when gradkit can tell logits from probabilities on output `index` without guessing."""
+    spec = compiled_spec(model, index)
+    if spec is not None and spec.is_classification:
+        return True
+    layer = output_layer(model, index)
+    return layer is not None and not is_opaque(layer)
+
+
+def classes_from_outputs(out, from_logits):
+    """Class ids `(n,)` int64 from one output `(n, C)` (or `(n,)`): argmax for C >= 2; for one unit, class
+    1 where the logit is > 0 (`from_logits`) or the probability is > 0.5."""
+    out = np.asarray(out, dtype=np.float64)
+    out = out.reshape(len(out), -1)
+    if out.shape[1] == 1:
+        return (out[:, 0] > (0.0 if from_logits else 0.5)).astype(np.int64)
+    return out.argmax(axis=1).astype(np.int64)
+
+
+def check_readable(model, index, out_shape):
+    """Raises ValueError for a one-unit output whose meaning (logit or probability) gradkit cannot read."""
+    units = int(np.prod(out_shape[1:])) if len(out_shape) > 1 else 1
+    if units == 1 and not readable(model, index):
+        names = list(getattr(model, "output_names", None) or [])
+        name = names[index] if index < len(names) else f"output {index}"
+        raise ValueError(
+            f"gradkit cannot tell whether the one-unit output {name!r} (shape {tuple(out_shape)}) of model "
+            f"{model.name!r} holds a logit (class 1 when > 0) or a probability (class 1 when > 0.5): it "
+            "comes from code gradkit cannot read. Compile the model with "
+            "loss=keras.losses.BinaryCrossentropy(from_logits=True or False)."
+        )
+
+
+def predict_classes(model, x, *, output=None, batch_size=256):
+    """Predicted class ids of one Keras classifier: `(n,)` int64, by the decision rule above.
+
+    Args:
+        model: a `keras.Model` classifier (C >= 2 units, or one sigmoid/logit unit).
+        x: inputs `(n, ...)` the model takes.
+        output: name or index of the classifier output for multi-output models; None for one output.
+        batch_size: prediction batch size. Defaults to 256.
+
+    Raises:
+        ValueError: a bad `output`; a one-unit output from code gradkit cannot read (compile the model
+            with a binary cross-entropy that says `from_logits`).
+    """
+    index = output_index(model, output)
+    out = np.asarray(select_output(predict_batched(model, x, batch_size), output_key(model, index)))
+    check_readable(model, index, out.shape)
+    return classes_from_outputs(out, outputs_are_logits(model, index))
