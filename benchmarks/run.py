@@ -15,6 +15,7 @@ MODULES = [
     "bench_evaluation",
     "bench_training",
     "bench_device",
+    "bench_processes",
 ]
 
 if __name__ == "__main__":

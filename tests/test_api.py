@@ -33,8 +33,9 @@ PACKAGES = {
     ],
     "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "describe", "load"],
     "gradkit.evaluation": [
-        "Comparison", "Evaluation", "check_curve", "compare", "evaluate", "paired_comparison",
-        "robustness_curve", "wilson_interval",
+        "Comparison", "Evaluation", "Shard", "check_curve", "compare", "evaluate", "evaluate_processes",
+        "evaluate_shard", "merge_shards", "paired_comparison", "read_shard", "robustness_curve",
+        "shard_rows", "wilson_interval", "write_report",
     ],
     "gradkit.training": [
         "CatastrophicOverfittingCheck", "adversarial_training", "collapsed", "untrack_adversarial_training",

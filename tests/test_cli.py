@@ -43,7 +43,8 @@ def _main(capsys, *args):
         (["--seed", "0.5"], "argument --seed: invalid int value: '0.5'"),
         (["--seed", "-1"], "`seed` must be an integer >= 0. Received: seed=-1"),
         (["--adv-eps", "-1"], "`adv_eps` must be >= 0. Received: adv_eps=-1.0"),
-        (["--model", "rnn"], "argument --model: invalid choice: 'rnn'"),
+        (["--model", "rnn"], '`model` must be "cnn", "mlp" or "module:function"'),
+        (["--model", "no module:build"], '`model` must be "cnn", "mlp" or "module:function"'),
         (["--dataset", "missing.npz"], "`dataset` file does not exist"),
     ],
 )

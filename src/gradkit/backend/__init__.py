@@ -63,6 +63,8 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   numpy arrays of a fixed dtype, without Keras' per-call dtype checks where they cost (PyTorch).
 - `batch_multiple()` and `distribute_batch(structure)`: data parallelism under an active
   `keras.distribution` (JAX only; the other backends raise NotImplementedError when one is set).
+- `start_processes()`, `processes()`, `all_gather(obj)`: process groups (torch.distributed,
+  jax.distributed), see `_processes.py`.
 
 The module is chosen from `keras.backend.backend()` at import time, the Keras way (`KERAS_BACKEND`).
 """
@@ -81,6 +83,10 @@ else:  # pragma: no cover - numpy/openvino have no autodiff
         "gradkit needs a Keras backend with automatic differentiation: "
         f"tensorflow, jax or torch. Received: KERAS_BACKEND={_name!r}"
     )
+
+from gradkit.backend._processes import all_gather  # noqa: E402
+from gradkit.backend._processes import processes  # noqa: E402
+from gradkit.backend._processes import start_processes  # noqa: E402
 
 NAME = _name
 EAGER = _impl.EAGER
@@ -114,6 +120,7 @@ __all__ = [
     "EAGER",
     "ROW_QUANTUM",
     "add_norms",
+    "all_gather",
     "applied_norms",
     "assign_add",
     "batch_multiple",
@@ -123,6 +130,7 @@ __all__ = [
     "compile_step",
     "quiet_retracing",
     "set_random_seed",
+    "start_processes",
     "stateless_call",
     "enable_determinism",
     "distribute_batch",
@@ -130,6 +138,7 @@ __all__ = [
     "group_norms",
     "input_ascent",
     "norm_means",
+    "processes",
     "to_numpy",
     "to_tensor",
     "values_before_step",

@@ -2,7 +2,11 @@
 and returns an `Evaluation`: the per-sample worst case, what broke each point, the cost, and signs of
 attack failure (`flags`); `check_curve` checks several evaluations at growing eps;
 `wilson_interval` and `compare` (McNemar's exact test) give the uncertainty of accuracies and of the
-difference of two models.
+difference of two models. `evaluate_shard` runs
+the cascade at several eps on a contiguous part of the points, `merge_shards` joins parts after checking
+they belong together, `evaluate_processes` splits one evaluation across a torch.distributed or
+jax.distributed process group, and `write_report` writes evaluation.json and samples.csv (what
+`gradkit evaluate` and `gradkit merge` do).
 
 References:
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
@@ -12,20 +16,34 @@ References:
 
 from gradkit.evaluation._curve import robustness_curve
 from gradkit.evaluation._flags import check_curve
+from gradkit.evaluation._merge import merge_shards
+from gradkit.evaluation._processes import evaluate_processes
+from gradkit.evaluation._report import read_shard
+from gradkit.evaluation._report import write_report
 from gradkit.evaluation._result import Evaluation
 from gradkit.evaluation._stats import Comparison
 from gradkit.evaluation._stats import compare
 from gradkit.evaluation._stats import paired_comparison
 from gradkit.evaluation._stats import wilson_interval
+from gradkit.evaluation._shards import Shard
+from gradkit.evaluation._shards import evaluate_shard
+from gradkit.evaluation._shards import shard_rows
 from gradkit.evaluation._suite import evaluate
 
 __all__ = [
     "Comparison",
     "Evaluation",
+    "Shard",
     "check_curve",
     "compare",
     "evaluate",
+    "evaluate_processes",
+    "evaluate_shard",
+    "merge_shards",
     "paired_comparison",
+    "read_shard",
     "robustness_curve",
+    "shard_rows",
     "wilson_interval",
+    "write_report",
 ]

@@ -4,6 +4,7 @@ import dataclasses
 
 import numpy as np
 
+from gradkit.evaluation import _flags
 from gradkit.evaluation._stats import METHOD, wilson_interval
 
 
@@ -108,3 +109,38 @@ class Evaluation:
             f"clean_accuracy={self.clean_accuracy:.4f}, eps={self.eps:g}, norm={norm}, "
             f"attacks={self.attacks}, flags={[f['name'] for f in self.flags]})"
         )
+
+
+def from_state(state, config, *, weights=(), shares=None, backend):
+    """The `Evaluation` of a finished `_state.State` under the checked `config`, with its flags.
+
+    `weights`: the ensemble weights, or () for one network; `shares`: the members' gradient shares
+    `(K, n)` of an ensemble, or None; `backend`: the Keras backend's name.
+    """
+    found = [
+        _flags.zero_gradient(state.zero_gradient),
+        _flags.no_gradient(state.per_attack),
+        _flags.probabilities(state.from_probabilities),
+        _flags.randomized(state.randomized),
+        _flags.unconfirmed(state.unconfirmed),
+        *_flags.late_breaks(config.entries, state.per_attack),
+        _flags.one_network(weights),
+        _flags.dominant_gradient(shares) if shares is not None else None,
+    ]
+    return Evaluation(
+        clean_accuracy=state.clean_accuracy,
+        robust_accuracy=float(state.robust.mean()),
+        robust=state.robust.copy(),
+        broken_by=list(state.broken_by),
+        x_adv=state.x_adv,
+        per_attack=dict(state.per_attack),
+        n_forwards=state.n_forwards,
+        n_gradients=state.n_gradients,
+        seconds=state.seconds,
+        flags=[f for f in found if f is not None],
+        eps=config.eps,
+        norm=config.norm,
+        attacks=[e.name for e in config.entries],
+        backend=backend,
+        clip_values=config.clip_values,
+    )

@@ -51,7 +51,8 @@ class State:
     from_probabilities: list = dataclasses.field(default_factory=list)
 
 
-def _digest(a):
+def digest(a):
+    """SHA-256 of an array's bytes, with its dtype and shape: "hex:dtype:shape"."""
     a = np.ascontiguousarray(a)
     return hashlib.sha256(a.tobytes()).hexdigest() + f":{a.dtype.str}:{a.shape}"
 
@@ -78,8 +79,8 @@ def fingerprint(model, x, labels, config):
     return {
         "format": FORMAT,
         "model": model_digest(model),
-        "x": _digest(x),
-        "y": _digest(labels),
+        "x": digest(x),
+        "y": digest(labels),
         "eps": config.eps,
         "norm": "linf" if config.norm == np.inf else "l2",
         "attacks": names,

@@ -8,8 +8,8 @@ from tqdm.auto import tqdm
 
 from gradkit import attacks as registry
 from gradkit.errors import DisconnectedGradientError
-from gradkit.evaluation import _flags, _plan, _state
-from gradkit.evaluation._result import Evaluation
+from gradkit.evaluation import _plan, _state
+from gradkit.evaluation._result import from_state
 from gradkit.evaluation._stats import points_digest
 from gradkit.gradients import as_ensemble, member_gradient_norms, predict_batched
 
@@ -55,7 +55,10 @@ def evaluate(
             `gradkit.attacks.decide`).
         clip_values: `(min, max)` input range, or None (default) for none.
         batch_size: rows per compiled call and per progress step, or None (default: all at once).
-        seed: int >= 0 or None; the random starts and searches. Defaults to 0.
+        seed: int >= 0 or None; the random starts and searches. Defaults to 0. The points are cut into
+            blocks of `batch_size` consecutive rows and an attack call on block j's remaining points
+            uses `seed + j`, so a shard of whole blocks (`gradkit evaluate --shard`) gets the same
+            per-point results as the whole run.
         n_queries: int >= 1, Square's query budget. Defaults to 5000.
         steps: int >= 1, iterations of APGD, PGD and BIM. Defaults to 100.
         state_path: None (default) or a JSON file path: after each finished attack the state is saved
@@ -99,22 +102,36 @@ def evaluate(
     state = _state.load(state_path, fp) if state_path else None
     start = time.perf_counter()
     if state is None:
-        state = _clean(model, x, labels, config)
-    seconds = state.seconds
-    for entry in config.entries:
-        if entry.name in state.finished:
-            continue
-        _run(model, x, labels, entry, config, state)
-        state.seconds = seconds + time.perf_counter() - start
-        if state_path:
-            _state.save(state_path, fp, state)
-    state.seconds = seconds + time.perf_counter() - start
-    result = _result(model, state, config, _shares(model, x, labels, config))
+        state = clean(model, x, labels, config)
+    cascade(model, x, labels, config, state, state_path=state_path, fp=fp, start=start)
+    shares = shares_of(model, x, labels, config)
+    result = from_state(state, config, weights=weights(model), shares=shares, backend=keras.backend.backend())
     result.points = points_digest(x, labels)
     return result
 
 
-def _shares(model, x, labels, config):
+def cascade(model, x, labels, config, state, *, state_path=None, fp=None, first_block=0, start=None):
+    """Runs every unfinished attack of `config` on `state` (in place), saving it after each attack when
+    `state_path` is set; `first_block` numbers the first block of `x` (see `_run`); `start`: the
+    `time.perf_counter()` its time counts from (default: now)."""
+    start, seconds = start or time.perf_counter(), state.seconds
+    for entry in config.entries:
+        if entry.name in state.finished:
+            continue
+        _run(model, x, labels, entry, config, state, first_block)
+        state.seconds = seconds + time.perf_counter() - start
+        if state_path:
+            _state.save(state_path, fp, state)
+    state.seconds = seconds + time.perf_counter() - start
+    return state
+
+
+def weights(model):
+    """The ensemble weights of an ensemble or boosted model (floats), else ()."""
+    return tuple(float(w) for w in as_ensemble(model).weights) if registry.is_ensemble(model) else ()
+
+
+def shares_of(model, x, labels, config):
     """alpha_k * ||grad_x CE_k||_2 `(K, n)` of an ensemble's members at the clean points, else None."""
     return member_gradient_norms(model, x, labels, config.batch_size) if registry.is_ensemble(model) else None
 
@@ -131,9 +148,12 @@ def _randomness(model, x, batch_size):
     return worst
 
 
-def _clean(model, x, labels, config):
-    """The state before any attack: clean decisions and the randomness probe."""
-    robust = registry.decide(model, x, config.batch_size) == labels
+def clean(model, x, labels, config, prediction=None):
+    """The state before any attack: clean decisions (`prediction`, computed if None) and the randomness
+    probe."""
+    if prediction is None:
+        prediction = registry.decide(model, x, config.batch_size)
+    robust = np.asarray(prediction) == labels
     probe = 2 * min(len(x), _PROBE) * len(as_ensemble(model).models)
     return _state.State(
         robust=robust,
@@ -176,14 +196,21 @@ def _confirm(model, x_adv, y_rows, hit, config, state):
     return confirmed
 
 
-def _run(model, x, labels, entry, config, state):
-    """Runs `entry` on the points still robust, in chunks of `batch_size`, and records it in `state`."""
+def _blocks(todo, step, first_block):
+    """`(j, rows)`: the rows of `todo` in each block `[j * step, (j + 1) * step)`, j from `first_block`."""
+    blocks = todo // step
+    for j in np.unique(blocks):
+        yield first_block + int(j), todo[blocks == j]
+
+
+def _run(model, x, labels, entry, config, state, first_block=0):
+    """Runs `entry` on the points still robust, block by block of `batch_size` rows (block j, counted from
+    `first_block`, seeded with `seed + j`), and records it in `state`."""
     todo = np.flatnonzero(state.robust)
     before, t0, broken, disconnected = (state.n_forwards, state.n_gradients), time.perf_counter(), 0, False
-    step = config.batch_size or max(len(todo), 1)
+    step = config.batch_size or max(len(state.robust), 1)
     with tqdm(total=len(todo), desc=entry.name, disable=config.verbose == 0, leave=True) as bar:
-        for k, start in enumerate(range(0, len(todo), step)):
-            rows = todo[start : start + step]
+        for k, rows in _blocks(todo, step, first_block):
             seed = None if config.seed is None else config.seed + k
             try:
                 x_adv, hit, zero = _attack(model, x[rows], labels[rows], entry, config, seed, state)
@@ -210,35 +237,3 @@ def _run(model, x, labels, entry, config, state):
         "seconds": time.perf_counter() - t0,
         "no_gradient": disconnected,
     }
-
-
-def _result(model, state, config, shares=None):
-    """The `Evaluation` of a finished state, with its flags."""
-    weights = as_ensemble(model).weights if registry.is_ensemble(model) else ()
-    found = [
-        _flags.zero_gradient(state.zero_gradient),
-        _flags.no_gradient(state.per_attack),
-        _flags.probabilities(state.from_probabilities),
-        _flags.randomized(state.randomized),
-        _flags.unconfirmed(state.unconfirmed),
-        *_flags.late_breaks(config.entries, state.per_attack),
-        _flags.one_network(weights),
-        _flags.dominant_gradient(shares) if shares is not None else None,
-    ]
-    return Evaluation(
-        clean_accuracy=state.clean_accuracy,
-        robust_accuracy=float(state.robust.mean()),
-        robust=state.robust.copy(),
-        broken_by=list(state.broken_by),
-        x_adv=state.x_adv,
-        per_attack=dict(state.per_attack),
-        n_forwards=state.n_forwards,
-        n_gradients=state.n_gradients,
-        seconds=state.seconds,
-        flags=[f for f in found if f is not None],
-        eps=config.eps,
-        norm=config.norm,
-        attacks=[e.name for e in config.entries],
-        backend=keras.backend.backend(),
-        clip_values=config.clip_values,
-    )

@@ -43,6 +43,15 @@ class _ConfigTypeError(ConfigError, TypeError):
     """A study option of the wrong type: a `ConfigError` that is also a `TypeError`."""
 
 
+def _network(model):
+    """`model` if it is one of `NETWORKS` or "module:function" (dotted names); ValueError otherwise."""
+    module, colon, name = model.partition(":") if isinstance(model, str) else ("", "", "")
+    dotted = all(part.isidentifier() for part in module.split("."))
+    if model in NETWORKS or (colon and dotted and name.isidentifier()):
+        return model
+    return _checks.fail("model", '"cnn", "mlp" or "module:function" (your own network)', model)
+
+
 def _checked(check, *args, **kwargs):
     """`check(*args, **kwargs)` with its TypeError / ValueError turned into a `ConfigError`."""
     try:
@@ -100,7 +109,9 @@ class StudyConfig:
         out: output directory (str). Defaults to "runs/study".
         dataset: "digits", "mnist", "fashion_mnist", "cifar10" or a path ending in ".npz" (see
             `load_dataset`). Defaults to "digits".
-        model: the network of every model, "cnn" or "mlp". Defaults to "cnn".
+        model: the network of every model: "cnn", "mlp", or "module:function" naming a function
+            `fn(input_shape, n_classes)` that returns a compiled Keras classifier (see `build_model`).
+            Defaults to "cnn".
         epsilons: tuple of finite floats >= 0, Linf budgets in input units (inputs lie in [0, 1]),
             sorted and deduplicated. Defaults to (0, 0.02, 0.05, 0.1, 0.2, 0.3).
         attacks: non-empty tuple from `ATTACKS`, duplicates dropped: "fgsm", "pgd" (`pgd_steps`),
@@ -155,7 +166,7 @@ class StudyConfig:
         canonical = {
             "out": _path(self.out, "out"),
             "dataset": check_name(_path(self.dataset, "dataset")),
-            "model": _checked(_checks.check_choice, self.model, "model", NETWORKS),
+            "model": _checked(_network, self.model),
             "epsilons": _nonnegative(self.epsilons, "epsilons"),
             "attacks": _attacks(self.attacks),
             **{

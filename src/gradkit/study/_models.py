@@ -6,7 +6,9 @@ single.keras, adv_single.keras  the single networks (`keras.saving.load_model`);
 adaboost_m1/, adv_boost/        the boosted ensembles (`gradkit.boosting.load`)
 """
 
+import importlib
 import os
+import sys
 import warnings
 
 import keras
@@ -23,14 +25,16 @@ _FILES = {
 
 
 def build_model(kind, input_shape, n_classes, *, learning_rate=3e-3):
-    """A compiled classifier for the study: "cnn" or "mlp", softmax over `n_classes`.
+    """A compiled classifier for the study: "cnn", "mlp" or your own ("module:function"), over `n_classes`.
 
     "cnn": Conv2D(16, 3) - MaxPool(2) - Conv2D(32, 3) - MaxPool(2) - Flatten - Dense(n_classes) (the
     pools only while the image is at least 4 pixels high). "mlp": Flatten - Dense(64) -
     Dense(n_classes). ReLU activations, Adam(`learning_rate`), sparse categorical cross-entropy.
+    "module:function": `function(input_shape, n_classes)` from `module` (the current folder searched
+    first), which must return a compiled `keras.Model` (`learning_rate` is not passed).
 
     Args:
-        kind: "cnn" (needs images `(h, w, c)`) or "mlp".
+        kind: "cnn" (needs images `(h, w, c)`), "mlp" or "module:function".
         input_shape: shape of one sample, e.g. `(8, 8, 1)`.
         n_classes: number of classes K >= 2.
         learning_rate: Adam's learning rate. Defaults to 3e-3.
@@ -40,8 +44,11 @@ def build_model(kind, input_shape, n_classes, *, learning_rate=3e-3):
         probabilities, with the "accuracy" metric.
 
     Raises:
-        ValueError: "cnn" on flat `(d,)` inputs.
+        ValueError: "cnn" on flat `(d,)` inputs; a function that cannot be imported, or that returns
+            something other than a compiled `keras.Model`.
     """
+    if ":" in kind:
+        return model_from_function(kind, input_shape, n_classes)
     layers = keras.layers
     stack = [keras.Input(tuple(input_shape))]
     if kind == "cnn":
@@ -61,6 +68,30 @@ def build_model(kind, input_shape, n_classes, *, learning_rate=3e-3):
     model.compile(
         keras.optimizers.Adam(learning_rate), "sparse_categorical_crossentropy", metrics=["accuracy"]
     )
+    return model
+
+
+def model_from_function(spec, input_shape, n_classes):
+    """The compiled Keras model `function(input_shape, n_classes)` returns, for `spec` "module:function".
+
+    Raises:
+        ValueError: `spec` names nothing importable, or the function returns no compiled `keras.Model`.
+    """
+    module, _, name = spec.partition(":")
+    if os.getcwd() not in sys.path:  # `gradkit` as a console script does not search the current folder
+        sys.path.insert(0, os.getcwd())
+    try:
+        fn = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(
+            f"`model` must name an importable function. Received: model={spec!r} ({err})"
+        ) from err
+    model = fn(tuple(input_shape), int(n_classes))
+    if not isinstance(model, keras.Model) or getattr(model, "optimizer", None) is None:
+        raise ValueError(
+            f"`model` {spec!r} must return a compiled keras.Model (call model.compile first). "
+            f"Received: {type(model).__name__}"
+        )
     return model
 
 

@@ -10,7 +10,6 @@ References:
     adversarial attacks", ICLR, https://arxiv.org/abs/1706.06083 (PGD).
 """
 
-import dataclasses
 import os
 import time
 import warnings
@@ -22,14 +21,14 @@ from tqdm import tqdm
 
 from gradkit._checks import fail
 from gradkit.attacks import decide
-from gradkit.backend import batch_multiple, enable_determinism
+from gradkit.backend import enable_determinism
 from gradkit.errors import WorseThanRandomError
 from gradkit.gradients import as_ensemble
 from gradkit.plotting import plot_grad_norm, plot_robustness
 from gradkit.study import _attack, _compare, _outdir
-from gradkit.study._config import MODELS, QUICK_SUBSET, ConfigError, StudyConfig
-from gradkit.study._datasets import load_dataset, subsample
+from gradkit.study._config import MODELS, StudyConfig
 from gradkit.study._models import load_model, model_path, save_model
+from gradkit.study._prepare import prepare_data
 from gradkit.study._table import INTERVAL
 from gradkit.study._train import SINGLES, describe
 from gradkit.study._train import train_boosted as _train_boosted
@@ -81,7 +80,7 @@ def run_study(config, *, progress=True, log=None):
     _outdir.check_out(out, settings, backend)
     if config.deterministic:
         _determinism(log)
-    data = _prepare_data(config)
+    data = prepare_data(config)
     state = _outdir.open_out(out, settings, backend, _outdir.fingerprint(data))
     state.update(dataset=data.name, n_train=len(data.x_train), n_test=len(data.x_test))
     trained = {name: _trained(name, config, data, state, progress, log) for name in MODELS}
@@ -96,39 +95,6 @@ def _determinism(log):
     if reason:
         warnings.warn(f"--deterministic: {reason}", RuntimeWarning, stacklevel=3)
         log(f"warning: --deterministic: {reason}")
-
-
-def _prepare_data(config):
-    """The data set, subsampled with `quick`, trimmed for data parallelism; checked against the model."""
-    data = load_dataset(config.dataset, seed=config.seed)
-    if config.quick:
-        data = subsample(data, *QUICK_SUBSET, seed=config.seed)
-    data = _fit_devices(data, config.batch_size)
-    if config.model == "cnn" and data.x_train.ndim != 4:
-        raise ConfigError(f'`model="cnn"` needs images; {data.name!r} holds flat features: use model="mlp".')
-    if "apgd-t" in config.attacks and data.n_classes < 4:  # before any training, not after it
-        raise ConfigError(
-            f"`attacks` holds 'apgd-t', whose targeted DLR loss needs at least 4 classes; {data.name!r} has "
-            f"{data.n_classes}. Use apgd-ce, square or standard (which skips APGD-T there). "
-            f"Received: attacks={','.join(config.attacks)}"
-        )
-    return data
-
-
-def _fit_devices(data, batch_size):
-    """Under data parallelism (`gradkit study --devices N`, JAX), Keras needs every training batch to
-    split evenly over the N devices: the batch size must be a multiple of N, and the last
-    `n_train % N` training rows are dropped (a documented, deterministic trim). Test rows are padded
-    by gradkit itself. Without a distribution the data is returned unchanged."""
-    multiple = batch_multiple()
-    if multiple == 1:
-        return data
-    if batch_size % multiple:
-        raise ConfigError(
-            f"--batch-size must be a multiple of the {multiple} devices. Received: {batch_size}"
-        )
-    keep = len(data.x_train) - len(data.x_train) % multiple
-    return dataclasses.replace(data, x_train=data.x_train[:keep], y_train=data.y_train[:keep])
 
 
 def _trained(name, config, data, state, progress, log):

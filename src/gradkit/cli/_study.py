@@ -1,74 +1,30 @@
-"""The `gradkit` command line. `gradkit study --help` lists the options of the robustness study.
-
-The parser is built from `gradkit.study`'s Keras-free configuration (`DEFAULTS`, `QUICK`), so `--help`,
-`--version` and bad options answer without importing Keras or a backend; Keras is imported only when a
-command runs.
-
-Exit codes: 0 success, 2 bad input (no command, unknown data set, malformed epsilons, unusable output
-directory, a changed configuration in an existing one; the message goes to stderr and nothing is
-written), 130 interrupted (rerun the same command to resume).
-"""
+"""`gradkit study`: its parser (built from `gradkit.study`'s Keras-free defaults) and its run."""
 
 import argparse
 import sys
 
-from gradkit import __version__, _quiet, study
+from gradkit import _quiet, study
+from gradkit.cli._parser import csv as _csv
+from gradkit.cli._parser import number_list as _number_list
+from gradkit.cli._parser import word_list as _word_list
 from gradkit.errors import WorseThanRandomError
 
 _EXAMPLE = """examples:
   gradkit study --out runs/demo                     digits, CNN, 4 models, FGSM, PGD, standard (< 4 min)
   gradkit study --quick --out runs/quick            small and fast (under a minute)
   gradkit study --dataset data.npz --model mlp      arrays x_train, y_train, x_test, y_test
+  gradkit study --model mynet:build --quick         your network: build(input_shape, n_classes)
   gradkit study --dataset cifar10 --quick           Keras' CIFAR-10 loader (downloads once)
 
 The backend is Keras' (KERAS_BACKEND=tensorflow|jax|torch); the table at the end names it.
 A rerun with the same options and --out resumes: finished models and rows are not redone."""
 
 
-class _UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise _UsageError(
-            f"{self.format_usage()}{self.prog}: error: {message}\n"
-            f"Run '{self.prog} --help' for the {'options' if ' ' in self.prog else 'commands'}."
-        )
-
-
-def _number_list(kind):
-    def parse(text):
-        items = [item.strip() for item in text.split(",")]
-        try:
-            values = [kind(item) for item in items]
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected comma-separated {kind.__name__}s, got {text!r}"
-            ) from None
-        return values
-
-    return parse
-
-
-def _word_list(text):
-    return [item.strip().lower() for item in text.split(",") if item.strip()]
-
-
-def _csv(values):
-    return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
-
-
-def build_parser():
-    """The argparse parser of `gradkit` (subcommand `study`); defaults of None mean "the study's".
+def add_parser(commands):
+    """Adds `study` to the subparsers `commands`; defaults of None mean "the study's".
 
     Builds from `gradkit.study`'s Keras-free names only: no Keras or backend import.
     """
-    parser = _Parser(
-        prog="gradkit", description="Robustness studies of Keras networks and boosted ensembles."
-    )
-    parser.add_argument("--version", action="version", version=f"gradkit {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     command = commands.add_parser(
         "study",
         help="train a network, an adversarially trained one, AdaBoost.M1 and adversarial boosting; "
@@ -96,7 +52,7 @@ def build_parser():
         "see docs/scaling.md). Default: Keras' default placement",
     )
     command.add_argument("--no-progress", action="store_true", help="no progress bars")
-    return parser
+    return command
 
 
 def _add_study_options(add, defaults):
@@ -106,7 +62,11 @@ def _add_study_options(add, defaults):
         help=f'"digits" (no download), "mnist", "fashion_mnist", "cifar10" (Keras loaders) or a .npz '
         f"file (default: {defaults['dataset']})",
     )
-    add("--model", choices=["cnn", "mlp"], help=f"network of every model (default: {defaults['model']})")
+    add(
+        "--model",
+        help='network of every model: "cnn", "mlp", or "module:function", your function '
+        f"(input_shape, n_classes) returning a compiled Keras classifier (default: {defaults['model']})",
+    )
     add(
         "--epsilons",
         type=_number_list(float),
@@ -200,25 +160,8 @@ def use_devices(n):
     keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices[:n]))
 
 
-def main(argv=None):
-    """Runs `gradkit` with the arguments `argv` (default: `sys.argv[1:]`) and returns the exit code.
-
-    Args:
-        argv: list of str, e.g. `["study", "--quick", "--out", "runs/q"]`. Defaults to None.
-
-    Returns:
-        int: 0 on success (and for `--help`, `--version`), 2 on bad input (usage and message on stderr,
-        nothing written), 1 when a boosted model cannot be trained with these settings (its first
-        learner is worse than random; message on stderr, the models finished before it kept), 130
-        when interrupted.
-    """
-    try:
-        args = build_parser().parse_args(argv)
-    except _UsageError as err:
-        print(err, file=sys.stderr)
-        return 2
-    except SystemExit as exit_:  # --help, --version
-        return int(exit_.code or 0)
+def run(args):
+    """Runs `gradkit study` with the parsed `args`; returns the exit code (see `gradkit.cli.main`)."""
     options = {k: v for k, v in vars(args).items() if k not in ("command", "no_progress", "devices")}
     _quiet.import_keras()  # without TensorFlow's C++ start-up lines
     try:
@@ -244,7 +187,3 @@ def main(argv=None):
 
 def _tell(message):
     print(f"gradkit study: {message}", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

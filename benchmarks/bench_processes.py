@@ -1,0 +1,132 @@
+"""`gradkit evaluate` in 2 processes vs 1 on the same machine, where the attack dominates (goal <= 0.65x).
+
+The study's digits CNN (two 3x3 convolutions of 16 and 32 filters with 2x2 max-pools, softmax), trained
+for 3 epochs on the study's digits split and saved as a .keras file, evaluated on the first 256 of the
+450 test digits with the standard version (APGD-CE, APGD-T at `STEPS` steps, Square at `QUERIES`
+queries), Linf eps 0.1, batch 64 (4 blocks: 2 per process). Each candidate is the whole command,
+start-up included:
+
+- `one`: `python -m gradkit evaluate ...` (one process, the framework's default threads);
+- `two`: 2 processes on localhost: `torchrun --standalone --nproc-per-node 2 -m gradkit evaluate ...` on
+  PyTorch (gloo; torchrun sets OMP_NUM_THREADS=1 per process), two processes joined by `jax.distributed`
+  on JAX (CPU collectives through gloo). TensorFlow has no process group: nothing is measured there.
+
+Recorded: `two_over_one` (wall time; the median of `REPEATS` alternated runs), both medians, the seconds
+the attacks took inside one process (from evaluation.json, to show they dominate), the machine's load
+average before and after, and whether both wrote the same samples.csv.
+
+Run standalone (`python benchmarks/bench_processes.py`) or via `benchmarks/run.py`.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from common import machine  # noqa: E402
+
+STEPS, QUERIES, REPEATS = 20, 200, 2
+ARGS = [
+    "digits",
+    "--n-points",
+    "256",
+    "--eps",
+    "0.1",
+    "--steps",
+    str(STEPS),
+    "--n-queries",
+    str(QUERIES),
+    "--batch-size",
+    "64",
+]
+
+
+def _model(folder):
+    from gradkit import study
+
+    keras.utils.set_random_seed(0)
+    data = study.load_dataset("digits")
+    model = study.build_model("cnn", data.x_train.shape[1:], data.n_classes)
+    model.fit(data.x_train, data.y_train, epochs=3, batch_size=32, verbose=0)
+    path = os.path.join(folder, "cnn.keras")
+    model.save(path)
+    return path
+
+
+def _port():
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _command(n, model, out):
+    evaluate = ["-m", "gradkit", "evaluate", model, *ARGS, "--no-progress", "--out", out]
+    if n == 1:
+        return [[sys.executable, *evaluate]], [dict(os.environ)]
+    if keras.backend.backend() == "torch":
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+        return [[*torchrun, *evaluate[1:]]], [dict(os.environ)]
+    env = {**os.environ, "JAX_COORDINATOR_ADDRESS": f"localhost:{_port()}", "JAX_NUM_PROCESSES": "2"}
+    return [[sys.executable, *evaluate]] * 2, [{**env, "JAX_PROCESS_ID": str(i)} for i in range(2)]
+
+
+def _time(n, model, out):
+    commands, envs = _command(n, model, out)
+    start = time.perf_counter()
+    procs = [
+        subprocess.Popen(c, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for c, e in zip(commands, envs)
+    ]
+    errors = [p.communicate()[1] for p in procs]
+    if any(p.returncode for p in procs):
+        text = b"\n".join(errors).decode()
+        said = [line for line in text.splitlines() if "gradkit evaluate: error" in line]
+        raise RuntimeError("\n".join(said) or text[-2000:])
+    return time.perf_counter() - start
+
+
+def run():
+    if keras.backend.backend() == "tensorflow":
+        return {}
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as folder:
+        model = _model(folder)
+        times = {1: [], 2: []}
+        for _ in range(REPEATS):
+            for n in (1, 2):
+                times[n].append(_time(n, model, os.path.join(folder, f"out{n}")))
+        same = [open(os.path.join(folder, f"out{n}", "samples.csv")).read() for n in (1, 2)]
+        with open(os.path.join(folder, "out1", "evaluation.json")) as f:
+            attack_seconds = sum(
+                r["per_attack"][a]["seconds"] for r in json.load(f)["results"] for a in r["per_attack"]
+            )
+    one, two = float(np.median(times[1])), float(np.median(times[2]))
+    return {
+        "processes": {
+            "two_over_one": round(two / one, 3),
+            "one_seconds": round(one, 2),
+            "two_seconds": round(two, 2),
+            "one_runs": [round(t, 2) for t in times[1]],
+            "two_runs": [round(t, 2) for t in times[2]],
+            "attack_seconds_in_one": round(attack_seconds, 2),
+            "same_samples_csv": same[0] == same[1],
+            "load_average_before": [round(v, 2) for v in load_before],
+            "load_average_after": [round(v, 2) for v in os.getloadavg()],
+            "machine": machine(),
+            "goal": "two_over_one <= 0.65",
+        }
+    }
+
+
+if __name__ == "__main__":
+    from common import merge
+
+    merge(run())

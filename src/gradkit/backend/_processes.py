@@ -1,0 +1,99 @@
+"""Process groups: the only code that calls `torch.distributed` and `jax.distributed`.
+
+- `start_processes()`: joins the group a launcher describes in the environment, when none runs yet:
+  PyTorch under `torchrun` (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`; gloo on CPU, NCCL on
+  GPU), JAX with `JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES` and `JAX_PROCESS_ID` (CPU collectives
+  through gloo). Without those variables it does nothing.
+- `processes()`: `(rank, size)` of the running group, or None for a single process.
+- `all_gather(obj)`: every process's JSON-able `obj`, in rank order, on every process.
+
+TensorFlow has no process group here: `processes()` is None and `start_processes()` refuses a launcher.
+"""
+
+import json
+import os
+
+import keras
+import numpy as np
+
+from gradkit import _io
+
+_JAX_ENV = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
+
+
+def _torch_started():
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def start_processes():
+    """Joins the launcher's process group (see the module docstring); returns `processes()`. On JAX call
+    it before anything runs on a device (before a model is built or loaded).
+
+    Raises:
+        ValueError: a launcher's variables under a backend that has no process group here.
+    """
+    backend = keras.backend.backend()
+    if backend == "torch" and "RANK" in os.environ and "WORLD_SIZE" in os.environ and not _torch_started():
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    elif backend == "jax" and all(k in os.environ for k in _JAX_ENV):
+        import jax
+
+        if not jax.distributed.is_initialized() and int(os.environ["JAX_NUM_PROCESSES"]) > 1:
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+            jax.distributed.initialize(
+                os.environ["JAX_COORDINATOR_ADDRESS"],
+                int(os.environ["JAX_NUM_PROCESSES"]),
+                int(os.environ["JAX_PROCESS_ID"]),
+            )
+    elif backend == "tensorflow" and ("RANK" in os.environ or "JAX_NUM_PROCESSES" in os.environ):
+        raise ValueError(
+            "Several processes need the torch or jax backend (torch.distributed, jax.distributed). "
+            "Received: KERAS_BACKEND=tensorflow under a launcher"
+        )
+    return processes()
+
+
+def processes():
+    """`(rank, size)` of the running process group, or None when this is the only process."""
+    backend = keras.backend.backend()
+    if backend == "torch" and _torch_started():
+        import torch.distributed as dist
+
+        size = dist.get_world_size()
+        return (dist.get_rank(), size) if size > 1 else None
+    if backend == "jax":
+        import jax
+
+        size = jax.process_count()
+        return (jax.process_index(), size) if size > 1 else None
+    return None
+
+
+def _jax_gather(array):
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(array, tiled=False))
+
+
+def all_gather(obj):
+    """`[obj of rank 0, obj of rank 1, ...]` on every process; `[obj]` without a group."""
+    group = processes()
+    if group is None:
+        return [obj]
+    if keras.backend.backend() == "torch":
+        import torch.distributed as dist
+
+        out = [None] * group[1]
+        dist.all_gather_object(out, obj)
+        return out
+    data = np.frombuffer(_io.to_json(obj).encode(), np.uint8)
+    sizes = _jax_gather(np.array([len(data)], np.int64)).reshape(-1)
+    padded = np.zeros(int(sizes.max()), np.uint8)
+    padded[: len(data)] = data
+    rows = _jax_gather(padded)
+    return [json.loads(rows[i, : int(n)].tobytes()) for i, n in enumerate(sizes)]

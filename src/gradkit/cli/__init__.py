@@ -1,0 +1,24 @@
+"""The `gradkit` command line: `gradkit evaluate` (your model on your data), `gradkit study`, `gradkit merge`.
+
+`gradkit <command> --help` lists a command's options. The parsers are built from Keras-free names
+(`gradkit.study`'s `DEFAULTS` and `QUICK`), so `--help`, `--version` and bad options answer without
+importing Keras or a backend; Keras is imported only when a command runs.
+
+Exit codes: 0 success, 2 bad input (no command, unknown data set, malformed epsilons, unusable output
+directory, a changed configuration in an existing one, a model or data that do not match, shards that do
+not belong together; the message goes to stderr and nothing is written), 1 a study model that cannot be
+trained, 130 interrupted (rerun the same command to resume).
+
+Modules: `_parser` (shared parser class and option types), `_study`, `_evaluate`, `_merge` (one
+subcommand each), `_inputs` (models and data from files or code), `_main` (the top-level parser).
+"""
+
+from gradkit.cli._main import build_parser
+from gradkit.cli._main import main
+from gradkit.cli._study import use_devices
+
+__all__ = [
+    "build_parser",
+    "main",
+    "use_devices",
+]

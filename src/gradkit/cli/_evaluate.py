@@ -1,0 +1,159 @@
+"""`gradkit evaluate MODEL DATA --eps E`: the standard evaluation of your model on your data.
+
+Its parser imports no Keras; `run` loads the model and the data, checks them against each other before any
+work (exit 2, nothing written), runs `gradkit.evaluation.evaluate_shard` at every eps (each on the points
+the smaller ones left robust), prints the table and writes evaluation.json and samples.csv to --out.
+"""
+
+import os
+import sys
+
+from gradkit import _quiet
+from gradkit.cli._parser import number_list, word_list
+
+_EXAMPLE = """examples:
+  gradkit evaluate runs/demo/single.keras digits --eps 0.1 --out runs/eval
+  gradkit evaluate runs/demo/adv_boost digits --eps 0.05,0.1 --n-points 200
+  gradkit evaluate model.weights.h5 test.npz --model-fn mynet:build --eps 8/255 --out runs/mine
+  gradkit evaluate model.keras test.npz --eps 0.1 --shard 1/2 --out runs/part1   (then gradkit merge)
+
+DATA is a .npz with x_test, y_test (or x, y) or a study data set name (digits, mnist, fashion_mnist,
+cifar10: the test split gradkit study uses). --model-fn's function takes no argument or
+(input_shape, n_classes) and returns the Keras model whose weights MODEL holds."""
+
+
+def _eps(text):
+    """Comma-separated eps, each a float or a fraction such as 8/255."""
+    values = []
+    for item in text.split(","):
+        top, slash, bottom = item.strip().partition("/")
+        values.append(float(top) / float(bottom) if slash else float(top))
+    return values
+
+
+def _shard(text):
+    k, slash, n = text.partition("/")
+    if not slash or not k.strip().isdigit() or not n.strip().isdigit():
+        raise ValueError(text)
+    return int(k), int(n)
+
+
+_LAUNCHED = {"WORLD_SIZE", "JAX_NUM_PROCESSES"}  # set by torchrun, or by you for jax.distributed
+_eps.__name__, _shard.__name__ = "eps list", "K/N"
+
+
+def add_parser(commands):
+    """Adds `evaluate` to the subparsers `commands`."""
+    import argparse
+
+    command = commands.add_parser(
+        "evaluate",
+        help="the standard robustness evaluation (AutoAttack's cascade) of your model on your data",
+        description="Run gradkit.evaluate on MODEL and DATA at each eps; print the table; write "
+        "evaluation.json and samples.csv to --out.",
+        epilog=_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add = command.add_argument
+    add("model", metavar="MODEL", help="a .keras file, a saved boosted model folder, or weights (--model-fn)")
+    add("data", metavar="DATA", help="a .npz (x_test, y_test or x, y) or a study data set name")
+    add("--eps", type=_eps, required=True, help="comma-separated eps >= 0 in input units (8/255 allowed)")
+    add("--norm", choices=["linf", "l2"], default="linf", help="the threat model (default: linf)")
+    add("--version", dest="suite", choices=["standard"], default="standard", help="AutoAttack version")
+    add("--attacks", type=word_list, help="comma-separated attacks instead of the version's (apgd-ce, ...)")
+    add("--n-points", type=int, help="evaluate the first N points only (default: all)")
+    add("--out", default="runs/evaluate", help="output directory (default: runs/evaluate)")
+    add("--state", help="resume file (JSON; one per eps when several): rerun the same command to resume")
+    add(
+        "--batch-size", type=int, default=256, help="rows per compiled call and per seed block (default: 256)"
+    )
+    add("--seed", type=int, default=0, help="seed of the random starts and searches (default: 0)")
+    add("--steps", type=int, default=100, help="APGD iterations (default: 100)")
+    add("--n-queries", type=int, default=5000, help="Square's queries (default: 5000)")
+    add("--clip-values", type=number_list(float), default=[0.0, 1.0], help="input range lo,hi (default: 0,1)")
+    add("--model-fn", help="module:function building the model whose weights MODEL holds")
+    add(
+        "--shard",
+        type=_shard,
+        help="K/N: evaluate only the K-th of N contiguous parts (merge with gradkit merge)",
+    )
+    add("--no-progress", action="store_true", help="no progress bars")
+    return command
+
+
+def _fail(message):
+    print(f"gradkit evaluate: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _prepare(args, inputs):
+    """`(model, x, y, options)` checked to be usable; InputError/ValueError/TypeError otherwise."""
+    from gradkit import evaluation
+
+    for name, value in (("--n-points", args.n_points), ("--batch-size", args.batch_size)):
+        if value is not None and value < 1:
+            raise ValueError(f"`{name}` must be >= 1. Received: {value}")
+    if len(args.clip_values) != 2:
+        raise ValueError(f"`--clip-values` must be lo,hi. Received: {args.clip_values}")
+    x, y, _ = inputs.load_data(args.data, args.n_points)
+    n_classes = int(y.max()) + 1 if y.ndim == 1 and len(y) else (y.shape[-1] if y.ndim == 2 else 2)
+    model = inputs.load_model(args.model, args.model_fn, input_shape=x.shape[1:], n_classes=n_classes)
+    options = {
+        "epsilons": sorted(set(args.eps)), "norm": args.norm, "attacks": args.attacks or args.suite,
+        "clip_values": tuple(args.clip_values), "batch_size": args.batch_size, "seed": args.seed,
+        "steps": args.steps, "n_queries": args.n_queries, "verbose": 0 if args.no_progress else 1,
+    }  # fmt: skip
+    if args.shard is not None:
+        k, n = args.shard
+        if not 1 <= k <= n:
+            raise ValueError(f"`--shard` must be K/N with 1 <= K <= N. Received: {k}/{n}")
+        options["rows"] = evaluation.shard_rows(len(x), k - 1, n, args.batch_size)
+    return model, x, y, options
+
+
+def _evaluate(model, x, y, options, args):
+    """`(shard, rank)`: one `--shard`, or all points across the launcher's processes (or this one)."""
+    from gradkit import evaluation
+
+    if args.shard is not None:
+        return evaluation.evaluate_shard(model, x, y, state_path=args.state, **options), 0
+    shard, rank, _ = evaluation.evaluate_processes(model, x, y, state_path=args.state, **options)
+    return shard, rank
+
+
+def run(args):
+    """Runs `gradkit evaluate` with the parsed `args`; returns the exit code (0, 2 or 130).
+
+    Under `torchrun` (or with `JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID` on JAX)
+    each process evaluates its part of the points and rank 0 alone prints and writes.
+    """
+    try:
+        if args.shard is None and _LAUNCHED & set(os.environ):
+            from gradkit import backend
+
+            backend.start_processes()  # JAX must join before any device work (even Keras' first op)
+        _quiet.import_keras()
+        from gradkit import evaluation
+        from gradkit.cli import _inputs
+
+        model, x, y, options = _prepare(args, _inputs)
+        shard, rank = _evaluate(model, x, y, options, args)
+    except (ValueError, TypeError) as err:
+        return _fail(err)
+    except KeyboardInterrupt:
+        print(
+            "gradkit evaluate: interrupted; rerun the same command (with --state) to resume.", file=sys.stderr
+        )
+        return 130
+    if rank:
+        return 0
+    info = {"versions": _inputs.versions(), "sources": {"model": args.model, "data": args.data}}
+    if args.shard is not None:
+        info["shard"] = f"{args.shard[0]}/{args.shard[1]}"
+    report = evaluation.write_report(shard, args.out, info=info)
+    for ev in shard.evaluations():
+        print(ev.summary())
+    print(
+        f"wrote {args.out}/evaluation.json and samples.csv (robust accuracy {report['robust_accuracy']:.4f})"
+    )
+    return 0

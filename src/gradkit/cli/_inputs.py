@@ -1,0 +1,129 @@
+"""The model and the data of `gradkit evaluate`, from files or code; every failure is an `InputError`.
+
+MODEL: a `.keras` file (`keras.saving.load_model`), a folder a boosting estimator saved (the study's
+`adaboost_m1/`, `adv_boost/`; `gradkit.boosting.load`), or with `--model-fn module:function` a weights
+file loaded into the model the function builds. DATA: a `.npz` holding `x_test` and `y_test` (or `x`
+and `y`), or one of the study's data set names (its test split, as `gradkit study` made it with seed 0).
+"""
+
+import importlib
+import importlib.metadata
+import inspect
+import os
+import sys
+
+import numpy as np
+
+from gradkit import __version__, study
+from gradkit.boosting import load as load_boosted
+
+NPZ_PAIRS = (("x_test", "y_test"), ("x", "y"))
+_BACKEND_DISTRIBUTIONS = {
+    "tensorflow": ("tensorflow", "tensorflow-cpu"),
+    "jax": ("jax",),
+    "torch": ("torch",),
+}
+
+
+class InputError(ValueError):
+    """A model or data that cannot be used; the message says what to fix."""
+
+
+def import_function(spec, option):
+    """The callable named by "module:function" (the current folder is searched first)."""
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise InputError(f"`{option}` must be module:function. Received: {option}={spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        fn = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as err:
+        raise InputError(f"`{option}` names nothing importable. Received: {option}={spec!r} ({err})") from err
+    if not callable(fn):
+        raise InputError(f"`{option}` must name a function. Received: {option}={spec!r}")
+    return fn
+
+
+def build_from(fn, spec, input_shape, n_classes):
+    """`fn()` when it takes no argument, else `fn(input_shape, n_classes)`; checked to be a Keras model."""
+    import keras
+
+    takes = [p for p in inspect.signature(fn).parameters.values() if p.default is p.empty]
+    model = fn() if not takes else fn(tuple(input_shape), int(n_classes))
+    if not isinstance(model, keras.Model):
+        raise InputError(f"{spec!r} must return a keras.Model. Received: {type(model).__name__}")
+    return model
+
+
+def load_model(path, model_fn=None, *, input_shape=None, n_classes=None):
+    """The model at `path` (see the module docstring); InputError when it cannot be loaded."""
+    import keras
+
+    if not os.path.exists(path):
+        raise InputError(f"`MODEL` does not exist. Received: {path!r}")
+    try:
+        if model_fn:
+            model = build_from(import_function(model_fn, "--model-fn"), model_fn, input_shape, n_classes)
+            model.load_weights(path)
+            return model
+        if os.path.isdir(path):
+            return load_boosted(path)
+        model = keras.saving.load_model(path)
+    except InputError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any loading failure is a bad MODEL
+        raise InputError(f"`MODEL` {path!r} cannot be loaded: {type(err).__name__}: {err}") from err
+    if not isinstance(model, keras.Model):
+        raise InputError(
+            f"`MODEL` must hold a Keras classifier. Received: {type(model).__name__} in {path!r}"
+        )
+    return model
+
+
+def _from_npz(path):
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            for xk, yk in NPZ_PAIRS:
+                if xk in data.files and yk in data.files:
+                    return data[xk], data[yk]
+            files = data.files
+    except Exception as err:  # noqa: BLE001 - zip, pickle and format errors all mean "unreadable"
+        raise InputError(f"`DATA` {path!r} is not a readable .npz of numeric arrays ({err})") from err
+    raise InputError(f"`DATA` {path!r} must hold x_test and y_test (or x and y). Received: keys {files}")
+
+
+def load_data(source, n_points=None):
+    """`(x float32, y, name)` from a `.npz` or a study data set name; the first `n_points` rows if given."""
+    if str(source).lower().endswith(".npz"):
+        if not os.path.isfile(source):
+            raise InputError(f"`DATA` file does not exist. Received: {source!r}")
+        x, y = _from_npz(source)
+    else:
+        try:
+            data = study.load_dataset(source)
+        except study.DatasetError as err:
+            raise InputError(f"`DATA`: {err}") from err
+        x, y = data.x_test, data.y_test
+    if not np.issubdtype(np.asarray(x).dtype, np.number) or len(x) != len(y):
+        raise InputError(
+            f"`DATA` must hold numeric x and y of one length. Received: x {np.asarray(x).dtype} "
+            f"{np.shape(x)}, y {np.shape(y)}"
+        )
+    if n_points is not None:
+        x, y = x[:n_points], y[:n_points]
+    return np.asarray(x, np.float32), np.asarray(y), str(source)
+
+
+def versions():
+    """{"gradkit", "keras", "backend", "backend_version"}: what ran an evaluation."""
+    import keras
+
+    backend, found = keras.backend.backend(), None
+    for name in _BACKEND_DISTRIBUTIONS.get(backend, (backend,)):
+        try:
+            found = importlib.metadata.version(name)
+            break
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return {"gradkit": __version__, "keras": keras.__version__, "backend": backend, "backend_version": found}

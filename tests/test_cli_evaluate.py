@@ -1,0 +1,204 @@
+"""`gradkit evaluate` and `gradkit merge`: the command line equals `gradkit.evaluate` point for point, shards
+merged equal one run, and bad input exits 2 with a message and writes nothing."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import gradkit
+from gradkit import cli, evaluation
+
+ATTACK = ["--steps", "4", "--n-queries", "20", "--batch-size", "16", "--seed", "3", "--no-progress"]
+OPTIONS = dict(clip_values=(0.0, 1.0), batch_size=16, seed=3, steps=4, n_queries=20, verbose=0)
+
+
+def _data(n=48, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 1, (n, 6)).astype("float32")
+    y = (x[:, 0] > 0.5).astype("int64") + 2 * (x[:, 1] > 0.5)
+    return x, y
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """A small trained 4-class classifier saved as .keras, its test data as .npz, and both in memory."""
+    folder = tmp_path_factory.mktemp("evaluate")
+    keras.utils.set_random_seed(0)
+    x, y = _data(256, seed=1)
+    model = keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Dense(32, activation="relu"),
+            keras.layers.Dense(4, activation="softmax"),
+        ]
+    )
+    model.compile(keras.optimizers.Adam(0.03), "sparse_categorical_crossentropy")
+    model.fit(x, y, epochs=10, batch_size=64, verbose=0)
+    model.save(folder / "model.keras")
+    x_test, y_test = _data()
+    np.savez(folder / "test.npz", x_test=x_test, y_test=y_test)
+    return {"model": str(folder / "model.keras"), "data": str(folder / "test.npz"), "x": x_test, "y": y_test}
+
+
+def _run(capsys, *args):
+    code = cli.main(["evaluate", *args])
+    return code, capsys.readouterr()
+
+
+def _samples(out):
+    with open(out / "samples.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_evaluate_equals_gradkit_evaluate_point_for_point(capsys, files, tmp_path):
+    out = tmp_path / "out"
+    code, seen = _run(capsys, files["model"], files["data"], "--eps", "0.15", "--out", str(out), *ATTACK)
+    assert code == 0, seen.err
+    model = keras.saving.load_model(files["model"])
+    expected = gradkit.evaluate(model, files["x"], files["y"], eps=0.15, **OPTIONS)
+    report = json.loads((out / "evaluation.json").read_text())
+    assert report["robust_accuracy"] == expected.robust_accuracy
+    assert report["clean_accuracy"] == expected.clean_accuracy
+    assert 0 < expected.robust_accuracy < expected.clean_accuracy  # the attack did break some points
+    rows = _samples(out)
+    assert list(rows[0]) == ["index", "label", "clean_prediction", "robust", "broken_by"]
+    assert [r["robust"] == "1" for r in rows] == expected.robust.tolist()
+    assert [r["broken_by"] or None for r in rows] == expected.broken_by
+    prediction = np.argmax(model.predict(files["x"], verbose=0), axis=1)
+    assert [int(r["clean_prediction"]) for r in rows] == prediction.tolist()
+    assert report["versions"]["keras"] == keras.__version__
+    assert report["versions"]["backend"] == keras.backend.backend()
+    assert report["data"]["n_points"] == 48 and report["data"]["x"].startswith(report["data"]["x"][:64])
+    assert list(report["results"][0]["per_attack"]) == ["apgd-ce", "apgd-t", "square"]
+    assert "robust accuracy" in seen.out and "apgd-t" in seen.out
+
+
+def test_several_eps_reuse_the_smaller_ones(capsys, files, tmp_path):
+    out = tmp_path / "out"
+    code, seen = _run(capsys, files["model"], files["data"], "--eps", "0.15,0.05", "--out", str(out), *ATTACK)
+    assert code == 0, seen.err
+    report = json.loads((out / "evaluation.json").read_text())
+    assert report["epsilons"] == [0.05, 0.15] and report["eps"] == 0.15
+    model = keras.saving.load_model(files["model"])
+    first = gradkit.evaluate(model, files["x"], files["y"], eps=0.05, **OPTIONS)
+    assert report["results"][0]["robust_accuracy"] == first.robust_accuracy
+    rows = _samples(out)
+    at = [r["broken_at_eps"] for r in rows]
+    assert [a == "" for a in at] == [r["robust"] == "1" for r in rows]
+    broken_small = [a not in ("", "0.15") for a in at]  # broken at 0 (clean) or 0.05
+    assert broken_small == [not r for r in first.robust]
+    assert report["results"][1]["robust_accuracy"] <= first.robust_accuracy
+
+
+def test_two_shards_merged_equal_one_run(capsys, files, tmp_path):
+    args = [files["model"], files["data"], "--eps", "0.1,0.15", *ATTACK]
+    assert _run(capsys, *args, "--out", str(tmp_path / "one"))[0] == 0
+    for k in (1, 2):
+        assert _run(capsys, *args, "--shard", f"{k}/2", "--out", str(tmp_path / f"part{k}"))[0] == 0
+    part = json.loads((tmp_path / "part1" / "evaluation.json").read_text())
+    assert part["rows"] == [0, 16] and part["shard"] == "1/2"
+    code = cli.main(
+        ["merge", str(tmp_path / "part2"), str(tmp_path / "part1"), "--out", str(tmp_path / "all")]
+    )
+    assert code == 0, capsys.readouterr().err
+    assert (tmp_path / "all" / "samples.csv").read_text() == (tmp_path / "one" / "samples.csv").read_text()
+    one, merged = (json.loads((tmp_path / d / "evaluation.json").read_text()) for d in ("one", "all"))
+    for key in ("clean_accuracy", "robust_accuracy", "epsilons", "settings", "model", "data"):
+        assert merged[key] == one[key], key
+    for a, b in zip(merged["results"], one["results"]):
+        assert a["robust_accuracy"] == b["robust_accuracy"]
+        for name in a["per_attack"]:
+            for key in ("n_points", "n_broken", "accuracy", "robust_accuracy", "n_gradients"):
+                assert a["per_attack"][name][key] == pytest.approx(b["per_attack"][name][key]), (name, key)
+
+
+def _shard(files, k, n=2, **changes):
+    options = {**OPTIONS, "attacks": ["fgsm"], **changes}
+    rows = evaluation.shard_rows(len(files["x"]), k, n, options["batch_size"])
+    return evaluation.evaluate_shard(keras.saving.load_model(files["model"]), files["x"], files["y"],
+                                     epsilons=[0.1], rows=rows, **options)  # fmt: skip
+
+
+def test_merge_refuses_pieces_that_do_not_belong_together(capsys, files, tmp_path):
+    good = [_shard(files, 0), _shard(files, 1)]
+    assert evaluation.merge_shards(good).evaluations()[0].robust.shape == (48,)
+    with pytest.raises(ValueError, match="seed: 3 in shard 0 vs 4"):
+        evaluation.merge_shards([good[0], _shard(files, 1, seed=4)])
+    with pytest.raises(ValueError, match=r"rows \[16, 48\) are missing"):
+        evaluation.merge_shards([good[0]])
+    with pytest.raises(ValueError, match=r"rows \[0, 16\) are duplicated"):
+        evaluation.merge_shards([good[0], good[0], good[1]])
+    other = evaluation.evaluate_shard(
+        keras.saving.load_model(files["model"]), files["x"][::-1].copy(), files["y"][::-1].copy(),
+        epsilons=[0.1], rows=(16, 48), **{**OPTIONS, "attacks": ["fgsm"]},
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="differs in x: "):
+        evaluation.merge_shards([good[0], other])
+    for i, shard in enumerate(good):
+        evaluation.write_report(shard, tmp_path / f"p{i}")
+    out = tmp_path / "merged"
+    code = cli.main(["merge", str(tmp_path / "p0"), str(tmp_path / "p0"), "--out", str(out)])
+    assert code == 2 and "duplicated" in capsys.readouterr().err and not out.exists()
+    code = cli.main(["merge", str(tmp_path / "p0"), str(tmp_path), "--out", str(out)])
+    assert code == 2 and "holds no shard.json" in capsys.readouterr().err and not out.exists()
+
+
+def test_bad_input_exits_2_names_what_differs_and_writes_nothing(capsys, files, tmp_path):
+    out = tmp_path / "out"
+    x, y = files["x"], files["y"]
+    cases = {
+        "wide.npz": (dict(x=np.zeros((8, 5), "float32"), y=np.zeros(8, "int64")), "x"),
+        "labels.npz": (dict(x_test=x, y_test=np.full(48, 7)), "outside [0, 3]"),
+        "range.npz": (dict(x_test=x * 2, y_test=y), "clip_values"),
+        "keys.npz": (dict(inputs=x, y_test=y), "must hold x_test and y_test"),
+    }
+    for name, (arrays, message) in cases.items():
+        np.savez(tmp_path / name, **arrays)
+        code, seen = _run(capsys, files["model"], str(tmp_path / name), "--eps", "0.1", "--out", str(out))
+        assert code == 2 and message in seen.err, (name, seen.err)
+    (tmp_path / "fake.keras").write_text("not a model")
+    code, seen = _run(capsys, str(tmp_path / "fake.keras"), files["data"], "--eps", "0.1", "--out", str(out))
+    assert code == 2 and "cannot be loaded" in seen.err
+    for args, message in (
+        (["--shard", "3/2"], "1 <= K <= N"),
+        (["--shard", "1/2", "--batch-size", "0"], "`--batch-size` must be >= 1"),
+        (["--shard", "1/9", "--batch-size", "16"], "rows in 48 points (3;"),
+        (["--eps", "-0.1"], "`epsilons` must be >= 0"),
+        (["--attacks", "cw"], "`attacks[0]` must be"),
+        (["--model-fn", "nowhere:build"], "names nothing importable"),
+    ):
+        code, seen = _run(capsys, files["model"], files["data"], "--eps", "0.1", *args, "--out", str(out))
+        assert code == 2 and message in seen.err, (args, seen.err)
+    assert not out.exists()
+
+
+def test_state_resumes_without_rerunning_attacks(capsys, files, tmp_path, monkeypatch):
+    args = [files["model"], files["data"], "--eps", "0.1", "--attacks", "apgd-ce", *ATTACK]
+    state = str(tmp_path / "state.json")
+    assert _run(capsys, *args, "--state", state, "--out", str(tmp_path / "a"))[0] == 0
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a finished attack ran again")
+
+    monkeypatch.setattr(gradkit.attacks, "run_attack", refuse)
+    assert _run(capsys, *args, "--state", state, "--out", str(tmp_path / "b"))[0] == 0
+    assert (tmp_path / "a" / "samples.csv").read_text() == (tmp_path / "b" / "samples.csv").read_text()
+
+
+@pytest.mark.parametrize("command", ["evaluate", "merge"])
+def test_help_imports_no_keras_and_no_backend(command):
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "gradkit", command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and "--out" in proc.stdout
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line]
+    assert "gradkit.cli._evaluate" in imported
+    assert not [name for name in imported if name.split(".")[0] in {"keras", "tensorflow", "jax", "torch"}]

@@ -1,0 +1,124 @@
+"""`gradkit evaluate` across 2 processes on localhost: torchrun (PyTorch, gloo) and jax.distributed (JAX, CPU
+collectives through gloo) give the one-process result point for point; ranks that disagree are refused."""
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+
+from gradkit import cli
+
+BACKEND = keras.backend.backend()
+ARGS = [
+    "--eps",
+    "0.1,0.15",
+    "--steps",
+    "4",
+    "--n-queries",
+    "20",
+    "--batch-size",
+    "16",
+    "--seed",
+    "3",
+    "--no-progress",
+]
+DISAGREE = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from gradkit import backend
+    backend.start_processes()
+    import keras
+    from gradkit import evaluation
+    rank, size = backend.processes()
+    data = np.load(sys.argv[2])
+    x = data["x_test"] + (0.01 if rank == 1 else 0.0)
+    try:
+        evaluation.evaluate_processes(keras.saving.load_model(sys.argv[1]), x, data["y_test"], epsilons=[0.1],
+                                      attacks=["fgsm"], batch_size=16, clip_values=(0, 1.1))
+    except ValueError as err:
+        print(f"refused on rank {rank}: {err}")
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("processes")
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1, (48, 6)).astype("float32")
+    y = (x[:, 0] > 0.5).astype("int64") + 2 * (x[:, 1] > 0.5)
+    model = keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Dense(32, activation="relu"),
+            keras.layers.Dense(4, activation="softmax"),
+        ]
+    )
+    model.compile(keras.optimizers.Adam(0.03), "sparse_categorical_crossentropy")
+    model.fit(x, y, epochs=10, batch_size=16, verbose=0)
+    model.save(folder / "model.keras")
+    np.savez(folder / "test.npz", x_test=x, y_test=y)
+    (folder / "disagree.py").write_text(DISAGREE)
+    return folder
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _launch(files, command):
+    """Runs `command` (after the interpreter) in 2 processes; returns their (returncode, output)."""
+    if BACKEND == "torch":
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+        proc = subprocess.run([*launcher, *command], capture_output=True, text=True, timeout=600, cwd=files)
+        return [(proc.returncode, proc.stdout + proc.stderr)]
+    env = {**os.environ, "JAX_COORDINATOR_ADDRESS": f"localhost:{_free_port()}", "JAX_NUM_PROCESSES": "2"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, *command],
+            env={**env, "JAX_PROCESS_ID": str(i)},
+            cwd=files,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+        for i in range(2)
+    ]
+    return [(p.wait(timeout=600), p.stdout.read()) for p in procs]
+
+
+needs_group = pytest.mark.skipif(
+    BACKEND == "tensorflow", reason="process groups: torch.distributed, jax.distributed"
+)
+
+
+@pytest.mark.slow
+@needs_group
+def test_two_processes_equal_one(files, capsys):
+    data = [str(files / "model.keras"), str(files / "test.npz")]
+    assert cli.main(["evaluate", *data, *ARGS, "--out", str(files / "one")]) == 0
+    capsys.readouterr()
+    results = _launch(files, ["-m", "gradkit", "evaluate", *data, *ARGS, "--out", str(files / "two")])
+    assert all(code == 0 for code, _ in results), results
+    assert (files / "two" / "samples.csv").read_text() == (files / "one" / "samples.csv").read_text()
+
+
+@pytest.mark.slow
+@needs_group
+def test_ranks_that_disagree_on_the_data_are_refused(files):
+    results = _launch(
+        files, [str(files / "disagree.py"), str(files / "model.keras"), str(files / "test.npz")]
+    )
+    output = "".join(out for _, out in results)
+    for rank in (0, 1):
+        assert f"refused on rank {rank}: The processes must evaluate the same" in output, output
+    assert "rank 1 differs from rank 0 in x" in output
