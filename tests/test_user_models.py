@@ -279,3 +279,12 @@ def test_study_refuses_apgd_t_on_three_classes_before_training(tmp_path):
     with pytest.raises(study.ConfigError, match="'apgd-t'.*at least 4 classes.*has 3"):
         gradkit.run_study(config)
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_study_header_says_when_the_standard_evaluation_skips_apgd_t():
+    from gradkit.study import _table
+
+    config = {"attacks": ["standard"], "apgd_steps": 10, "square_queries": 200}
+    assert "apgd-ce, apgd-t 10 steps, square 200" in _table._attacks(config, 10)
+    three = _table._attacks(config, 3)
+    assert "apgd-ce 10 steps (apgd-t skipped: 3 classes), square 200" in three

@@ -82,7 +82,9 @@ def run_study(config, *, progress=True, log=None):
         _determinism(log)
     data = prepare_data(config)
     state = _outdir.open_out(out, settings, backend, _outdir.fingerprint(data))
-    state.update(dataset=data.name, n_train=len(data.x_train), n_test=len(data.x_test))
+    state.update(
+        dataset=data.name, n_train=len(data.x_train), n_test=len(data.x_test), n_classes=data.n_classes
+    )
     trained = {name: _trained(name, config, data, state, progress, log) for name in MODELS}
     _attack_all(trained, config, data, state, log, progress)
     _write_outputs(state, out, data.y_test)

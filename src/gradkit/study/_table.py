@@ -86,8 +86,12 @@ def _epochs(name, record, config):
     return text
 
 
-def _attacks(config):
-    """One line on the attack settings."""
+def _attacks(config, n_classes=None):
+    """One line on the attack settings (the standard evaluation skips APGD-T below 4 classes)."""
+    steps = config.get("apgd_steps")
+    gradient = f"apgd-ce, apgd-t {steps} steps" if (n_classes or 4) >= 4 else (
+        f"apgd-ce {steps} steps (apgd-t skipped: {n_classes} classes)"
+    )  # fmt: skip
     parts = []
     for attack in config["attacks"]:
         if attack == "pgd":
@@ -98,7 +102,7 @@ def _attacks(config):
             parts.append(f"square {config.get('square_queries')} queries")
         elif attack == "standard":
             parts.append(
-                f"standard (gradkit.evaluate: apgd-ce, apgd-t {config.get('apgd_steps')} steps, square "
+                f"standard (gradkit.evaluate: {gradient}, square "
                 f"{config.get('square_queries')} queries; boosted: objectives loss_sum and vote_margin)"
             )
         else:
@@ -131,7 +135,7 @@ def header(state):
         "training: " + "; ".join(_epochs(n, models[n], config) for n in MODELS if n in models),
         *_adversarial(config),
         "eps: Linf norm, in input units (inputs scaled to [0, 1])",
-        _attacks(config),
+        _attacks(config, state.get("n_classes")),
         "clean accuracy: "
         + ", ".join(f"{n} {models[n]['clean_accuracy']:.3f}" for n in MODELS if n in models),
     ]
