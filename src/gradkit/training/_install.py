@@ -13,7 +13,7 @@ import keras
 import numpy as np
 
 from gradkit import _checks, _keras_internals
-from gradkit.training._objective import adversarial_loss
+from gradkit.training._objective import adversarial_loss, attacked_view
 from gradkit.training._settings import check_model, make_settings
 
 _ATTR = "_gradkit_adversarial"
@@ -62,11 +62,13 @@ def untrack_adversarial_training(model):
 
 def _make_compute_loss(model, state):
     base = type(model).compute_loss
+    # the logits view is built here, eagerly, for a built and compiled model (else in the first step)
+    view = attacked_view(model) if model.built and getattr(model, "loss", None) else None
 
     def compute_loss(x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if not training:
             return base(model, x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=training)
-        return adversarial_loss(model, state.settings, state.generator, x, y, y_pred, sample_weight)
+        return adversarial_loss(model, state.settings, state.generator, x, y, y_pred, sample_weight, view)
 
     compute_loss._gradkit = state
     return compute_loss

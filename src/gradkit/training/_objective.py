@@ -67,11 +67,13 @@ def attacked_view(model):
     return cached(model, "adversarial-training-view", lambda: member_forward(model, 0))
 
 
-def attacked_forward(model):
+def attacked_forward(model, view=None):
     """`(forward, is_logits)`: `forward(x)` is the output the inner attack differentiates, the logits
-    where `attacked_view` could remove the final softmax/sigmoid. The rebuilt model has variables of its
-    own: it runs on the values of `model`'s variables (inside a traced step, the traced ones)."""
-    attacked, is_logits = attacked_view(model)
+    where `attacked_view` could remove the final softmax/sigmoid (`view`: its result, built beforehand
+    outside any traced step; rebuilding a model inside a JAX trace leaves tracers in the shared layers,
+    which `model.save` then trips on). The rebuilt model has variables of its own: it runs on the
+    values of `model`'s variables (inside a traced step, the traced ones)."""
+    attacked, is_logits = attacked_view(model) if view is None else view
     kwargs = training_kwargs(model, False)
     trainable = [v.value for v in model.trainable_variables]
     non_trainable = [v.value for v in model.non_trainable_variables]
@@ -117,11 +119,12 @@ def _flat_weights(sample_weight, like):
     return ops.reshape(ops.cast(sample_weight, "float32"), (-1,))
 
 
-def adversarial_loss(model, settings, seed, x, y, y_pred, sample_weight):
+def adversarial_loss(model, settings, seed, x, y, y_pred, sample_weight, view=None):
     """The training loss on the adversarial batch (see the module docstring); `y_pred` is the clean
-    forward pass `train_step` already made (used by TRADES and by the rows that `ratio` keeps clean)."""
+    forward pass `train_step` already made (used by TRADES and by the rows that `ratio` keeps clean);
+    `view`: `attacked_view(model)` when it was built before the step."""
     spec = check_trades_loss(model) if settings.loss == "trades" else resolve_loss(None, model)
-    forward, is_logits = attacked_forward(model)
+    forward, is_logits = attacked_forward(model, view)
     objective = _inner_objective(settings, spec, y, y_pred, is_logits)
     x_adv = adversarial_examples(forward, settings, x, objective, seed)
     y_adv = model(x_adv, **training_kwargs(model, True))
