@@ -94,6 +94,7 @@ def test_files_and_results_schema(quick_dir):
         "dataset",
         "n_train",
         "n_test",
+        "n_classes",
         "models",
         "results",
         "evaluations",

@@ -96,7 +96,7 @@ def open_out(out, config, backend, data_sha256):
         data_sha256: the data's `fingerprint`.
 
     Returns:
-        dict with "config", "backend", "dataset", "n_train", "n_test", "models", "results",
+        dict with "config", "backend", "dataset", "n_train", "n_test", "n_classes", "models", "results",
         "evaluations", "warnings", "samples" and "grad_norm", the last six as results.json saved them
         (empty on first use).
 
@@ -122,6 +122,7 @@ def open_out(out, config, backend, data_sha256):
         "dataset": config["dataset"],
         "n_train": 0,
         "n_test": 0,
+        "n_classes": 0,
         "models": saved.get("models", {}),
         "results": saved.get("results", []),
         "evaluations": saved.get("evaluations", []),

@@ -11,7 +11,7 @@ import keras
 from keras import ops
 
 from gradkit import backend
-from gradkit.gradients import cached, member_forward, resolve_loss, training_kwargs
+from gradkit.gradients import member_forward, resolve_loss, training_kwargs
 from gradkit.training import _geometry
 from gradkit.training._settings import check_trades_loss
 
@@ -60,11 +60,11 @@ def _inner_objective(settings, spec, y, y_clean, is_logits):
 
 def attacked_view(model):
     """`(model to attack, its output is logits)`: the model with its final softmax/sigmoid removed where
-    gradkit can (built once per model), as the attacks see it: through a saturated softmax the inner
+    gradkit can, as the attacks see it: through a saturated softmax the inner
     attack's gradient is exactly zero on JAX and PyTorch, so `fit` would train on the clean loss."""
     if not resolve_loss(None, model).is_classification:
         return model, True  # regression: the output itself
-    return cached(model, "adversarial-training-view", lambda: member_forward(model, 0))
+    return member_forward(model, 0)  # not cached on the model: Keras would save the rebuilt model with it
 
 
 def attacked_forward(model, view=None):
