@@ -28,7 +28,8 @@ PACKAGES = {
         "GradientNormCallback", "gradient_norm", "track_gradient_norm", "untrack_gradient_norm",
     ],
     "gradkit.attacks": [
-        "NAMES", "AttackResult", "apgd", "bim", "decide", "default_eps_step", "fgsm", "gradient_for",
+        "NAMES", "TINY", "direction_tensor", "per_sample_norm_tensor", "project_and_clip_tensor",
+        "AttackResult", "apgd", "bim", "decide", "default_eps_step", "fgsm", "gradient_for",
         "is_ensemble", "pgd", "predict_labels", "prepare", "run_attack", "square",
     ],
     "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "describe", "load"],

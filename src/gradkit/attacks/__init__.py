@@ -20,7 +20,11 @@ References:
 from gradkit.attacks._apgd_attack import apgd
 from gradkit.attacks._bim import bim
 from gradkit.attacks._fgsm import fgsm
+from gradkit.attacks._geometry import TINY
 from gradkit.attacks._geometry import default_eps_step
+from gradkit.attacks._geometry import direction_tensor
+from gradkit.attacks._geometry import per_sample_norm_tensor
+from gradkit.attacks._geometry import project_and_clip_tensor
 from gradkit.attacks._pgd import pgd
 from gradkit.attacks._prepare import gradient_for
 from gradkit.attacks._prepare import predict_labels
@@ -34,11 +38,13 @@ from gradkit.attacks._square_attack import square
 
 __all__ = [
     "NAMES",
+    "TINY",
     "AttackResult",
     "apgd",
     "bim",
     "decide",
     "default_eps_step",
+    "direction_tensor",
     "gradient_for",
     "is_ensemble",
     "run_attack",
@@ -46,5 +52,7 @@ __all__ = [
     "fgsm",
     "pgd",
     "predict_labels",
+    "per_sample_norm_tensor",
     "prepare",
+    "project_and_clip_tensor",
 ]
