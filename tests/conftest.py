@@ -61,3 +61,24 @@ def ball(adv, x, eps=0.1):
     from gradkit.attacks._geometry import inside
 
     return inside(np.asarray(adv, np.float32), x, eps, np.inf)
+
+
+def import_adv_lib():
+    """adv-lib 0.2.8's attacks (PyTorch backend only). adv-lib imports `visdom` (a plotting server) and
+    `torchvision` (for LPIPS) at import time; neither is a test dependency (torchvision would replace the
+    CPU build of torch), so empty stand-in modules are registered for them when they are absent. The
+    attacks used in tests (apgd, fab, fmn, ddn) touch neither."""
+    import sys
+    import types
+
+    for name in ("visdom", "torchvision", "torchvision.models"):
+        if name not in sys.modules:
+            try:
+                __import__(name)
+            except ImportError:
+                sys.modules[name] = types.ModuleType(name)
+    sys.modules["visdom"].__dict__.setdefault("Visdom", object)
+    sys.modules["torchvision"].__dict__.setdefault("models", sys.modules["torchvision.models"])
+    import adv_lib.attacks
+
+    return adv_lib.attacks
