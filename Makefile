@@ -32,15 +32,18 @@ demo: $(DEMO_STAMP)
 	  echo "make demo: installing the $$b backend..."; $(PY) -m pip install -q -c constraints.txt -e ".[$$b]"; fi
 	KERAS_BACKEND=$${KERAS_BACKEND:-tensorflow} $(VENV)/bin/gradkit study --out runs/demo
 
+# Two pytest-xdist workers per backend (one per core of a CI machine); a test file stays on one worker, so
+# its module fixtures (the quick study) run once. `make test WORKERS=0` runs in one process.
+WORKERS ?= 2
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	@set -e; for b in $(BACKENDS); do \
 	  echo "=== pytest on KERAS_BACKEND=$$b"; \
-	  KERAS_BACKEND=$$b $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS); \
+	  KERAS_BACKEND=$$b $(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile --durations=8 $(PYTEST_ARGS); \
 	done
 
 test-fast: $(STAMP)
-	@set -e; for b in $(BACKENDS); do KERAS_BACKEND=$$b $(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS); done
+	@set -e; for b in $(BACKENDS); do KERAS_BACKEND=$$b $(PY) -m pytest -q -m "not slow" -n $(WORKERS) --dist loadfile $(PYTEST_ARGS); done
 
 bench: $(STAMP)
 	@set -e; for b in $(BACKENDS); do KERAS_BACKEND=$$b $(PY) benchmarks/run.py; done
