@@ -1,0 +1,178 @@
+"""Minimum-norm attacks (FMN, DDN) and `min_norm`: closed-form minimal perturbations of linear models,
+adversarial outputs inside the box, the curve from one run, ensembles, bad input."""
+
+import keras
+import numpy as np
+import pytest
+
+import gradkit
+
+D = 10
+RNG = np.random.default_rng(0)
+W = RNG.standard_normal((D, 2)).astype("float32")  # two classes: the closed forms below are exact
+X = RNG.uniform(0.35, 0.65, (12, D)).astype("float32")
+C = float(-np.median(X @ (W[:, 1] - W[:, 0])))  # the bias that puts the boundary among the points
+DUAL = {2: 2, np.inf: 1, 1: np.inf}
+
+
+def linear(weights=W):
+    model = keras.Sequential([keras.Input((D,)), keras.layers.Dense(weights.shape[1])])
+    model.set_weights([weights, np.array([0.0, C], "float32")])
+    return model
+
+
+def labels_of(model, x):
+    return keras.ops.convert_to_numpy(model(x)).argmax(1)
+
+
+def labels(model):
+    return labels_of(model, X)
+
+
+class _Odd(keras.layers.Layer):
+    """Two-class logits [0, f(a)] with f(a) = a - 0.05 a|a|: the sign of a, curved so that the linear
+    estimate of the distance to the boundary overshoots it (on an exactly linear model FMN lands ON
+    the boundary, where float rounding decides; adv-lib and foolbox do the same)."""
+
+    def call(self, a):
+        return keras.ops.concatenate([keras.ops.zeros_like(a), a - 0.05 * a * keras.ops.abs(a)], axis=-1)
+
+
+def curved(weights=W, sign=1.0):
+    """A classifier deciding as `linear(weights)` (two classes: class 1 iff a = x @ (w_1 - w_0) + C > 0),
+    so its minimal perturbations have the closed form of `exact`."""
+    w = (weights[:, 1] - weights[:, 0])[:, None]
+    model = keras.Sequential([keras.Input((D,)), keras.layers.Dense(1), _Odd()])
+    model.set_weights([sign * w, np.array([sign * C], "float32")])
+    return model
+
+
+def exact(x, y, norm, weights=W):
+    """Closed form for two classes: the smallest Lp perturbation that flips the decision is
+    |z_1 - z_0| / ||w_1 - w_0||_dual (Hoelder; no box active: the points sit in the middle of [0, 1])."""
+    w = weights[:, 1] - weights[:, 0]
+    return np.abs(x @ w + C) / np.linalg.norm(w, ord=DUAL[norm])
+
+
+def lp(a, norm):
+    return np.linalg.norm(np.asarray(a, np.float64).reshape(len(a), -1), ord=norm, axis=1)
+
+
+@pytest.mark.parametrize("norm", [2, np.inf, 1])
+def test_fmn_reaches_the_closed_form_minimum_of_a_linear_model(norm):
+    model = curved()
+    y = labels(model)
+    adv = gradkit.fmn(model, X, y, norm=norm, steps=100, clip_values=(0, 1))
+    assert adv.dtype == np.float32 and adv.shape == X.shape
+    assert (adv >= 0).all() and (adv <= 1).all()
+    assert (labels_of(model, adv) != y).all()
+    np.testing.assert_allclose(lp(adv - X, norm), exact(X, y, norm), rtol=0.01)
+
+
+def test_ddn_reaches_the_closed_form_l2_minimum():
+    model = curved()
+    y = labels(model)
+    adv = gradkit.ddn(model, X, y, steps=100, clip_values=(0, 1))
+    assert (labels_of(model, adv) != y).all() and (adv >= 0).all() and (adv <= 1).all()
+    ratio = lp(adv - X, 2) / exact(X, y, 2)  # eps moves by a factor 1 +- gamma (0.05) per step
+    assert (ratio >= 1 - 1e-5).all() and (ratio <= 1.06).all() and np.median(ratio) < 1.01
+
+
+def test_fmn_l0_changes_few_coordinates_and_fools():
+    model = curved()
+    y = labels(model)
+    adv = gradkit.fmn(model, X, y, norm=0, steps=100, clip_values=(0, 1))
+    assert (labels_of(model, adv) != y).all()
+    assert (np.count_nonzero(adv - X, axis=1) <= 5).all()
+
+
+@pytest.mark.parametrize("attack", ["fmn", "ddn"])
+def test_targeted_reaches_the_target_at_the_closed_form_norm(attack):
+    model = curved()
+    target = 1 - labels(model)
+    norm = {"norm": 2} if attack == "fmn" else {}
+    adv = getattr(gradkit, attack)(model, X, target, targeted=True, steps=100, clip_values=(0, 1), **norm)
+    assert (labels_of(model, adv) == target).all()
+    np.testing.assert_allclose(lp(adv - X, 2), exact(X, target, 2), rtol=0.06)
+
+
+def test_min_norm_norms_examples_and_curve():
+    model = curved()
+    y = labels(model)
+    y[:2] = 1 - y[:2]  # two points misclassified clean: norm 0
+    result = gradkit.min_norm(model, X, y, norm=2, attacks=("fmn", "ddn"), steps=100, clip_values=(0, 1))
+    assert result.norms.dtype == np.float64 and result.norms.shape == (12,)
+    assert (result.norms[:2] == 0).all() and list(result.best_attack[:2]) == ["clean", "clean"]
+    np.testing.assert_allclose(result.norms[2:], exact(X[2:], y[2:], 2), rtol=0.01)
+    np.testing.assert_allclose(lp(result.x_adv - X, 2), result.norms, rtol=1e-6, atol=1e-7)
+    assert set(result.best_attack[2:]) <= {"fmn", "ddn"}
+    eps = [0.0, 0.05, 0.1, 0.2, 0.4, 1.0]
+    curve = result.curve(eps)
+    assert curve == sorted(curve, reverse=True)
+    assert curve == [float(np.mean(result.norms > e)) for e in eps] and curve[0] == 10 / 12
+    through = gradkit.robustness_curve(model, X, y, attack="fmn", epsilons=eps, norm=2, steps=100,
+                                       clip_values=(0, 1))  # fmt: skip
+    fmn_only = gradkit.min_norm(model, X, y, norm=2, steps=100, clip_values=(0, 1))
+    assert through["accuracy"] == fmn_only.curve(eps)
+
+
+def test_no_success_returns_the_clean_input_and_inf():
+    model = curved(np.zeros((D, 2), "float32"))  # a constant decision, never fooled
+    y = labels(model)
+    adv = gradkit.fmn(model, X, y, norm=2, steps=5, clip_values=(0, 1))
+    np.testing.assert_array_equal(adv, X)
+    result = gradkit.min_norm(model, X, y, norm=np.inf, steps=5, clip_values=(0, 1))
+    assert np.isinf(result.norms).all() and result.accuracy_at(10.0) == 1.0
+
+
+def test_ensemble_success_is_the_weighted_vote():
+    heavy, light = curved(), curved(sign=-1.0)  # the light member always disagrees with the heavy one
+    ensemble = gradkit.WeightedEnsemble([heavy, light], [0.7, 0.3])
+    y = labels(heavy)
+    adv = gradkit.fmn(ensemble, X, y, norm=2, steps=100, clip_values=(0, 1))
+    assert (ensemble.predict(adv) != y).all()
+    np.testing.assert_allclose(lp(adv - X, 2), exact(X, y, 2), rtol=0.01)  # the heavy member flips
+
+
+RECORDED_LINF = [0.06032142, 0.03163624, 0.00943404, 0.01028475]  # JAX, 30 steps
+
+
+def test_results_agree_with_the_recorded_values_on_every_backend():
+    model = curved()
+    y = labels(model)
+    got = lp(gradkit.fmn(model, X[:4], y[:4], norm=np.inf, steps=30, clip_values=(0, 1)) - X[:4], np.inf)
+    np.testing.assert_allclose(got, RECORDED_LINF, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda m: gradkit.fmn(m, X, norm=3), ValueError, "`norm` must be one of"),
+        (lambda m: gradkit.fmn(m, X, eps=0.1), TypeError, "takes no `eps`.*min_norm"),
+        (lambda m: gradkit.ddn(m, X, eps=0.1), TypeError, "takes no `eps`"),
+        (lambda m: gradkit.ddn(m, X, norm=1), ValueError, "`norm` must be one of 2 for DDN"),
+        (lambda m: gradkit.fmn(m, X, steps=0), ValueError, "`steps` must be"),
+        (lambda m: gradkit.fmn(m, X, gamma_init=2.0), ValueError, "`gamma_init`"),
+        (lambda m: gradkit.fmn(m, X, targeted=True), ValueError, "target classes"),
+        (lambda m: gradkit.fmn(m, X * 3, clip_values=(0, 1)), ValueError, "inside clip_values"),
+        (lambda m: gradkit.fmn(m, X, starting_points=X), ValueError, "all be adversarial"),
+        (lambda m: gradkit.min_norm(m, X, None, norm=2), ValueError, "`y`"),
+        (lambda m: gradkit.min_norm(m, X, [0] * 12, norm=2, eps=0.1), TypeError, "no `eps`"),
+        (lambda m: gradkit.min_norm(m, X, [0] * 12, norm=0, attacks=("ddn",)), ValueError, "for DDN"),
+        (lambda m: gradkit.min_norm(m, X, [0] * 12, norm=5), ValueError, "`norm` must be one of"),
+        (lambda m: gradkit.min_norm(m, X, [0] * 12, norm=2, attacks=("cw",)), ValueError, "`attacks`"),
+        (lambda m: gradkit.min_norm(m, X, [0] * 12, norm=2, targeted=True), ValueError, "untargeted"),
+        (lambda m: gradkit.robustness_curve(m, X, [0] * 12, attack="ddn", epsilons=[1], norm=np.inf),
+         ValueError, "for DDN"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_refused_before_any_work(call, error, match):
+    with pytest.raises(error, match=match):
+        call(linear())
+
+
+def test_fab_by_name_is_looked_up_at_call_time():
+    if hasattr(gradkit.attacks, "fab"):
+        pytest.skip("gradkit.attacks.fab exists: min_norm uses it")
+    with pytest.raises(ValueError, match="unavailable"):
+        gradkit.min_norm(linear(), X, [0] * 12, norm=2, attacks=("fab",))
