@@ -29,7 +29,7 @@ def labels(model):
     return labels_of(model, X)
 
 
-class _Odd(keras.layers.Layer):
+class OddMargin(keras.layers.Layer):
     """Two-class logits [0, f(a)] with f(a) = a - 0.05 a|a|: the sign of a, curved so that the linear
     estimate of the distance to the boundary overshoots it (on an exactly linear model FMN lands ON
     the boundary, where float rounding decides; adv-lib and foolbox do the same)."""
@@ -42,7 +42,7 @@ def curved(weights=W, sign=1.0):
     """A classifier deciding as `linear(weights)` (two classes: class 1 iff a = x @ (w_1 - w_0) + C > 0),
     so its minimal perturbations have the closed form of `exact`."""
     w = (weights[:, 1] - weights[:, 0])[:, None]
-    model = keras.Sequential([keras.Input((D,)), keras.layers.Dense(1), _Odd()])
+    model = keras.Sequential([keras.Input((D,)), keras.layers.Dense(1), OddMargin()])
     model.set_weights([sign * w, np.array([sign * C], "float32")])
     return model
 
