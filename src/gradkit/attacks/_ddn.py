@@ -59,8 +59,16 @@ def ddn_run(model, x, y=None, *, steps=100, init_norm=1.0, gamma=0.05, targeted=
     init_norm = _checks.check_real(init_norm, "init_norm", minimum=0, strict=True)
     gamma = _checks.check_real(gamma, "gamma", minimum=0, maximum=1)
     seed = _checks.check_seed(seed)
-    objective, x0, labels, clip = minimum.setup(model, x, y, loss="ce", targeted=targeted,
-                                                clip_values=clip_values, batch_size=batch_size, output=output)  # fmt: skip
+    objective, x0, labels, clip = minimum.setup(
+        model,
+        x,
+        y,
+        loss="ce",
+        targeted=targeted,
+        clip_values=clip_values,
+        batch_size=batch_size,
+        output=output,
+    )
     per_row = {"eps": np.full(len(x0), init_norm, np.float32)}
     update = _update(objective, clip is not None, targeted)
     return minimum.run(objective, update, "ddn", dict(clip=clip is not None, targeted=targeted), x0, labels,

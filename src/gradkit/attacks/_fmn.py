@@ -13,9 +13,9 @@ from keras import ops
 
 from gradkit import _checks
 from gradkit.attacks import _minimum as minimum
+from gradkit.attacks._fmn_start import boundary_start
 from gradkit.attacks._geometry import TINY
 from gradkit.attacks._norm_balls import DUAL, project_ball, row_norm
-from gradkit.attacks._fmn_start import boundary_start
 
 NORMS = (0.0, 1.0, 2.0, np.inf)
 
@@ -30,7 +30,9 @@ def _radius(state, fixed, values, grad, success, size, gamma, norm):
     else:
         dual = row_norm(grad, DUAL[norm])
         boundary = size + ops.abs(values) / ops.maximum(dual, TINY)
-        eps = ops.where(success, ops.minimum(eps * (1.0 - gamma), best), ops.where(found, eps * (1.0 + gamma), boundary))
+        eps = ops.where(
+            success, ops.minimum(eps * (1.0 - gamma), best), ops.where(found, eps * (1.0 + gamma), boundary)
+        )
     return ops.minimum(eps, fixed["worst"])
 
 
@@ -43,8 +45,8 @@ def _update(objective, norm, clip, targeted):
         alpha = minimum.cosine(fixed, k, fixed["alpha_init"], fixed["alpha_final"])
         gamma = minimum.cosine(fixed, k, fixed["gamma_init"], fixed["gamma_final"])
         eps = _radius(state, fixed, values, grad, success, size, gamma, norm)
-        scale = ops.maximum(row_norm(grad, 2), TINY)
-        delta = delta + ops.cast(alpha, grad.dtype) * grad / ops.reshape(scale, (-1,) + (1,) * (len(grad.shape) - 1))
+        scale = ops.reshape(ops.maximum(row_norm(grad, 2), TINY), (-1,) + (1,) * (len(grad.shape) - 1))
+        delta = delta + ops.cast(alpha, grad.dtype) * grad / scale
         x = fixed["x0"] + project_ball(delta, eps, norm)
         if clip:
             x = ops.clip(x, fixed["lo"], fixed["hi"])
@@ -74,8 +76,16 @@ def fmn_run(model, x, y=None, *, norm=np.inf, steps=100, targeted=False, alpha_i
     minimum.refuse_eps("fmn", options)
     norm, steps, constants = _check(norm, steps, alpha_init, alpha_final, gamma_init, gamma_final,
                                     binary_search_steps, seed)  # fmt: skip
-    objective, x0, labels, clip = minimum.setup(model, x, y, loss="margin", targeted=targeted,
-                                                clip_values=clip_values, batch_size=batch_size, output=output)  # fmt: skip
+    objective, x0, labels, clip = minimum.setup(
+        model,
+        x,
+        y,
+        loss="margin",
+        targeted=targeted,
+        clip_values=clip_values,
+        batch_size=batch_size,
+        output=output,
+    )
     start = x0
     if starting_points is not None:
         start = boundary_start(objective, x0, labels, starting_points, norm, targeted, binary_search_steps)

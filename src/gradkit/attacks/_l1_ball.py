@@ -34,7 +34,8 @@ def project_l1_ball(v, eps):
     css = ops.cumsum(u, axis=1)
     j = ops.cast(ops.arange(1, v.shape[1] + 1), v.dtype)
     rho = ops.sum(ops.cast(u - (css - radius) / j > 0, "int32"), axis=1)
-    theta = (_kth(css, ops.maximum(rho - 1, 0)) - radius) / ops.cast(ops.expand_dims(ops.maximum(rho, 1), 1), v.dtype)
+    count = ops.cast(ops.expand_dims(ops.maximum(rho, 1), 1), v.dtype)
+    theta = (_kth(css, ops.maximum(rho - 1, 0)) - radius) / count
     w = ops.sign(v) * ops.maximum(a - theta, 0.0)
     return ops.where(ops.expand_dims(l1 > eps, 1), w, v)
 

@@ -59,7 +59,9 @@ def record(state, fixed, success, norm):
     """The smallest adversarial example so far: where `success` and the current norm is smaller."""
     delta = state["x"] - fixed["x0"]
     size = row_norm(delta, norm)
-    better = ops.logical_and(ops.logical_and(success, size < state["best_norm"]), fixed["weights"]["rows"] > 0)
+    better = ops.logical_and(
+        ops.logical_and(success, size < state["best_norm"]), fixed["weights"]["rows"] > 0
+    )
     new = dict(state)
     new["best_norm"] = ops.where(better, size, state["best_norm"])
     new["best_x"] = ops.where(engine.rows_mask(better, state["x"]), state["x"], state["best_x"])
@@ -77,8 +79,9 @@ def worst_norm(x0, clip, norm):
     return size.astype(np.float32)
 
 
-def run(objective, update, name, static, x0, labels, *, start, per_row, constants, steps, norm, clip,
-        extra=None):
+def run(
+    objective, update, name, static, x0, labels, *, start, per_row, constants, steps, norm, clip, extra=None
+):
     """Runs `steps` compiled steps per batch from `start`; returns `(x_adv, found)` numpy.
 
     `per_row` holds numpy arrays `(n, ...)` added to each batch's state, `extra` those added to its

@@ -61,7 +61,9 @@ def _check(attack_names, norm, options):
             f"with .accuracy_at(eps) or .curve(eps_list). Received: eps={options['eps']!r}"
         )
     if options.get("targeted"):
-        raise ValueError("min_norm measures untargeted robustness (`y` the true labels). Received: targeted=True")
+        raise ValueError(
+            "min_norm measures untargeted robustness (`y` the true labels). Received: targeted=True"
+        )
     if isinstance(attack_names, str):
         attack_names = (attack_names,)
     if not attack_names:
@@ -108,7 +110,8 @@ def min_norm(model, x, y, *, norm, attacks=("fmn",), batch_size=None, output=Non
         attack", ICML, https://arxiv.org/abs/1907.02044
 
     Example:
-        >>> result = gradkit.min_norm(model, x, y, norm=2, attacks=("fmn", "ddn"), clip_values=(0, 1))  # doctest: +SKIP
+        >>> result = gradkit.min_norm(model, x, y, norm=2, attacks=("fmn", "ddn"),
+        ...                           clip_values=(0, 1))  # doctest: +SKIP
         >>> result.curve([0.5, 1.0])  # doctest: +SKIP
     """
     fns, norm = _check(attacks, norm, attack_kwargs)
