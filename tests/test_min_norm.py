@@ -176,3 +176,30 @@ def test_fab_by_name_is_looked_up_at_call_time():
         pytest.skip("gradkit.attacks.fab exists: min_norm uses it")
     with pytest.raises(ValueError, match="unavailable"):
         gradkit.min_norm(linear(), X, [0] * 12, norm=2, attacks=("fab",))
+
+
+def test_l1_and_l0_projections_by_hand():
+    from gradkit.attacks._l1_ball import project_l0_ball, project_l1_ball
+
+    v = keras.ops.convert_to_tensor(
+        np.array([[3.0, -1.0, 0.5], [1.0, 1.0, 1.0], [0.5, -0.5, 0.0]], "float32")
+    )
+    eps = keras.ops.convert_to_tensor(np.array([2.0, 1.5, 2.0], "float32"))
+    # Duchi et al.: theta = 1 (row 0), 0.5 (row 1); row 2 lies inside and is unchanged
+    expected = [[2.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.0]]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(project_l1_ball(v, eps)), expected, atol=1e-6)
+    w = keras.ops.convert_to_tensor(np.array([[0.1, -3.0, 2.0, 0.5]], "float32"))
+    k = keras.ops.convert_to_tensor(np.array([2.0], "float32"))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(project_l0_ball(w, k)), [[0.0, -3.0, 2.0, 0.0]])
+
+
+def test_fmn_from_starting_points_reaches_the_minimum():
+    model = curved()
+    y = labels(model)
+    w = W[:, 1] - W[:, 0]
+    a = X @ w + C  # the mirror image of each point across the boundary: adversarial and in [0, 1]
+    start = (X - 2 * (a / (w @ w))[:, None] * w).astype("float32")
+    assert (labels_of(model, start) != y).all()
+    adv = gradkit.fmn(model, X, y, norm=2, steps=50, starting_points=start, clip_values=(-1, 2))
+    assert (labels_of(model, adv) != y).all()
+    np.testing.assert_allclose(lp(adv - X, 2), exact(X, y, 2), rtol=0.01)
