@@ -203,3 +203,24 @@ def test_fmn_from_starting_points_reaches_the_minimum():
     adv = gradkit.fmn(model, X, y, norm=2, steps=50, starting_points=start, clip_values=(-1, 2))
     assert (labels_of(model, adv) != y).all()
     np.testing.assert_allclose(lp(adv - X, 2), exact(X, y, 2), rtol=0.01)
+
+
+def test_study_attack_fmn_breaks_each_point_at_its_norm():
+    from gradkit.study import Dataset, StudyConfig, _attack, _outdir
+
+    model = curved()
+    y = labels(model)
+    data = Dataset("toy", X, y, X, y, 2)
+    config = StudyConfig.from_options(attacks=["fmn"], epsilons=[0, 0.02, 0.05], apgd_steps=30)
+    record = _attack.new_record(labels_of(model, X) == y, config.attacks)
+    accuracy = {}
+    for eps in config.epsilons:
+        rows, _ = _attack.attack_at(model, "m", data, eps, record, config, None)
+        accuracy[eps] = {r["attack"]: r["accuracy"] for r in rows}
+    norms = np.array([np.inf if v is None else v for v in record["min_norm"]["fmn"]])
+    np.testing.assert_allclose(norms, exact(X, y, np.inf), rtol=0.01)
+    for eps in config.epsilons:
+        assert accuracy[eps] == {"worst_case": np.mean(norms > eps), "fmn": np.mean(norms > eps)}
+    samples = _outdir.sample_rows({"samples": {"m": record}}, y)
+    assert [r["m_fmn_norm"] for r in samples] == record["min_norm"]["fmn"]
+    assert _attack.work(config, 0.02) == 15.0  # one run of 30 steps over the two eps > 0
