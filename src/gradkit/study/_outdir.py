@@ -5,7 +5,8 @@
     results.csv     the result rows: model, attack, eps, accuracy, ci_low, ci_high (its 95% Wilson
                     interval), n_points (its denominator), scope (worst_case, cumulative, remaining)
     samples.csv     one row per test sample: label, and per model clean correct, the smallest eps
-                    that broke it (empty: none did) and the attack that did
+                    that broke it (empty: none did) and the attack that did; with "fmn", the
+                    point's minimal Linf perturbation found (`<model>_fmn_norm`)
 
 Every file is written atomically through `gradkit._io` (a temporary file, then `os.replace`).
 """
