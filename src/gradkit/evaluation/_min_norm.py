@@ -133,7 +133,8 @@ def min_norm(model, x, y, *, norm, attacks=("fmn",), batch_size=None, output=Non
     for name, fn in fns:
         if not len(todo):
             break
-        options = dict(attack_kwargs, batch_size=batch_size, output=output)
+        given = {"batch_size": batch_size, "output": output}  # passed on only when set
+        options = dict(attack_kwargs, **{k: v for k, v in given.items() if v is not None})
         if name != "ddn":
             options["norm"] = norm
         adv = np.asarray(fn(model, x0[todo], labels[todo], **options), np.float32)
