@@ -12,6 +12,7 @@ MODULES = [
     "bench_engine",
     "bench_norms",
     "bench_attacks",
+    "bench_min_norm",
     "bench_evaluation",
     "bench_training",
     "bench_device",

@@ -8,7 +8,8 @@ import gradkit
 
 TOP = [
     "AdaBoostM1", "DisconnectedGradientError", "Evaluation", "GradientNormCallback", "InputGradient",
-    "SAMME", "WeightGradient", "WeightedEnsemble", "apgd", "bim", "compare", "evaluate", "fgsm",
+    "SAMME", "WeightGradient", "WeightedEnsemble", "apgd", "bim", "compare", "ddn", "evaluate", "fgsm", "fmn",
+    "min_norm",
     "gradient_norm", "input_gradient", "load", "pgd", "plot_grad_norm", "plot_robustness",
     "plot_training_diagnostics", "robustness_curve", "run_study",
     "square", "track_gradient_norm", "untrack_gradient_norm", "weight_gradients", "adversarial_training",
@@ -29,13 +30,14 @@ PACKAGES = {
     ],
     "gradkit.attacks": [
         "NAMES", "TINY", "direction_tensor", "per_sample_norm_tensor", "project_and_clip_tensor",
-        "AttackResult", "apgd", "bim", "decide", "default_eps_step", "fgsm", "gradient_for",
+        "AttackResult", "apgd", "bim", "ddn", "decide", "default_eps_step", "fgsm", "fmn", "gradient_for",
         "is_ensemble", "pgd", "predict_labels", "prepare", "run_attack", "square",
     ],
     "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "describe", "load"],
     "gradkit.evaluation": [
         "Comparison", "Evaluation", "Shard", "check_curve", "compare", "evaluate", "evaluate_processes",
-        "evaluate_shard", "merge_shards", "paired_comparison", "read_shard", "robustness_curve",
+        "evaluate_shard", "merge_shards", "min_norm", "MinNormResult", "paired_comparison", "read_shard",
+        "robustness_curve",
         "shard_rows", "wilson_interval", "write_report",
     ],
     "gradkit.training": [

@@ -146,3 +146,17 @@ def check_numbers(values, name, *, minimum=None, allow_empty=False):
     if not values and not allow_empty:
         fail(name, "a non-empty list of finite numbers", values)
     return [check_real(v, f"{name}[{i}]", minimum=minimum) for i, v in enumerate(values)]
+
+
+_MIN_NORMS = {"inf": np.inf, "linf": np.inf, "l2": 2.0, "2": 2.0, "l1": 1.0, "1": 1.0, "l0": 0.0, "0": 0.0}
+
+
+def check_norm_of(norm, allowed, name="norm", *, attack):
+    """`norm` as a float among `allowed` (floats from 0, 1, 2, np.inf; "l0", "l1", "l2", "linf" spelled
+    too); ValueError naming `attack` otherwise."""
+    key = norm.lower() if isinstance(norm, str) else norm
+    value = _MIN_NORMS.get(key) if isinstance(key, str) else (float(key) if is_real(key) else None)
+    if value is None or value not in allowed:
+        names = ", ".join("np.inf" if a == np.inf else str(int(a)) for a in allowed)
+        raise ValueError(f"`{name}` must be one of {names} for {attack}. Received: {name}={norm!r}")
+    return value

@@ -19,7 +19,9 @@ References:
 
 from gradkit.attacks._apgd_attack import apgd
 from gradkit.attacks._bim import bim
+from gradkit.attacks._ddn import ddn
 from gradkit.attacks._fgsm import fgsm
+from gradkit.attacks._fmn import fmn
 from gradkit.attacks._geometry import TINY
 from gradkit.attacks._geometry import default_eps_step
 from gradkit.attacks._geometry import direction_tensor
@@ -42,6 +44,7 @@ __all__ = [
     "AttackResult",
     "apgd",
     "bim",
+    "ddn",
     "decide",
     "default_eps_step",
     "direction_tensor",
@@ -50,6 +53,7 @@ __all__ = [
     "run_attack",
     "square",
     "fgsm",
+    "fmn",
     "pgd",
     "predict_labels",
     "per_sample_norm_tensor",

@@ -17,6 +17,8 @@ References:
 from gradkit.evaluation._curve import robustness_curve
 from gradkit.evaluation._flags import check_curve
 from gradkit.evaluation._merge import merge_shards
+from gradkit.evaluation._min_norm import MinNormResult
+from gradkit.evaluation._min_norm import min_norm
 from gradkit.evaluation._processes import evaluate_processes
 from gradkit.evaluation._report import read_shard
 from gradkit.evaluation._report import write_report
@@ -40,6 +42,8 @@ __all__ = [
     "evaluate_processes",
     "evaluate_shard",
     "merge_shards",
+    "min_norm",
+    "MinNormResult",
     "paired_comparison",
     "read_shard",
     "robustness_curve",

@@ -19,6 +19,8 @@ from gradkit.attacks import (
     prepare,
     square,
 )
+from gradkit.evaluation._min_norm import NAMES as MIN_NORM_NAMES
+from gradkit.evaluation._min_norm import min_norm
 from gradkit.evaluation._plan import Entry, check_adversarial
 from gradkit.evaluation._suite import evaluate
 from gradkit.gradients import WeightedEnsemble, as_ensemble
@@ -59,8 +61,11 @@ def _resolve_attack(attack):
         return _standard
     if isinstance(attack, str) and attack.lower() in _ATTACKS:
         return _ATTACKS[attack.lower()]
+    if isinstance(attack, str) and attack.lower() in MIN_NORM_NAMES:
+        return attack.lower()
     raise ValueError(
-        '`attack` must be "fgsm", "bim", "pgd", "apgd", "square", "standard" or a callable. '
+        '`attack` must be "fgsm", "bim", "pgd", "apgd", "square", "standard", "fmn", "ddn", "fab" or a '
+        "callable. "
         f"Received: attack={attack!r}"
     )
 
@@ -100,7 +105,10 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
             `attack(model, x, y, eps=eps, **attack_kwargs)`
             returning adversarial inputs shaped like `x`, each inside the eps-ball (of
             `attack_kwargs["norm"]`, Linf by default) and `clip_values` (checked as `evaluate` checks
-            a callable, for single-input models).
+            a callable, for single-input models). Or a minimum-norm attack, "fmn", "ddn" or "fab"
+            (`gradkit.min_norm`): ONE run gives each point's smallest perturbation, and the accuracy at
+            every eps is the share of points whose norm exceeds eps (then the result also holds
+            "norms", float64 `(n,)`, and "attack_accuracy" equals "accuracy").
         epsilons: non-empty 1-D sequence of floats >= 0 (input units), in the order to report.
         batch_size: rows per compiled call and per prediction batch; None (default): all at once.
         **attack_kwargs: passed to the attack at every eps, e.g. `steps`, `eps_step`, `norm`,
@@ -142,6 +150,8 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
     epsilons = _check_epsilons(epsilons)
     if "eps" in attack_kwargs:
         raise ValueError("Pass the perturbation sizes as `epsilons=`, not `eps=` in the attack arguments.")
+    if fn in MIN_NORM_NAMES:
+        return _from_min_norm(model, x, y, fn, epsilons, batch_size, attack_kwargs)
     iterative = fn in (bim, pgd)
     if iterative and "steps" not in attack_kwargs:
         raise ValueError(
@@ -163,9 +173,7 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
         norm = _checks.check_norm(attack_kwargs.get("norm", np.inf))
         clip_values = _checks.check_clip_values(attack_kwargs.get("clip_values"))
 
-    g = grad.compute(x0, labels, np.ones(n, np.float32), n)
-    moving = sum(np.any(leaf.reshape(n, -1) != 0, axis=1) for leaf in tree.flatten(g))
-    zero_fraction = float(np.mean(np.asarray(moving) == 0))
+    zero_fraction = _zero_fraction(grad, x0, labels, n)
 
     correct = {0.0: predict_labels(grad, x0, batch_size) == labels}
     for eps in sorted(set(epsilons) - {0.0}):
@@ -182,6 +190,31 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
         "attack_accuracy": raw,
         "zero_gradient_fraction": zero_fraction,
     }
+
+
+def _from_min_norm(model, x, y, name, epsilons, batch_size, attack_kwargs):
+    """The curve of a minimum-norm attack: one run (`min_norm`), the accuracy at every eps read from
+    the per-sample norms (non-increasing by construction)."""
+    norm = attack_kwargs.pop("norm", np.inf)
+    result = min_norm(model, x, y, norm=norm, attacks=(name,), batch_size=batch_size, **attack_kwargs)
+    loss = attack_kwargs.get("loss")
+    grad = gradient_for(model, loss=loss, output=attack_kwargs.get("output"), batch_size=batch_size)
+    x0, labels, n = prepare(grad, x, y, _checks.check_clip_values(attack_kwargs.get("clip_values")))
+    accuracy = result.curve(epsilons)
+    return {
+        "eps": epsilons,
+        "accuracy": accuracy,
+        "attack_accuracy": list(accuracy),
+        "zero_gradient_fraction": _zero_fraction(grad, x0, labels, n),
+        "norms": result.norms,
+    }
+
+
+def _zero_fraction(grad, x0, labels, n):
+    """The share of points whose input gradient at the clean point is exactly zero."""
+    g = grad.compute(x0, labels, np.ones(n, np.float32), n)
+    moving = sum(np.any(leaf.reshape(n, -1) != 0, axis=1) for leaf in tree.flatten(g))
+    return float(np.mean(np.asarray(moving) == 0))
 
 
 def _nested(correct, epsilons):

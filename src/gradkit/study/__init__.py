@@ -32,7 +32,7 @@ McNemar's exact test (`gradkit.compare`). The output directory holds:
     results.csv          the result rows: model, attack ("worst_case", "fgsm", ..., "standard"), eps,
                          accuracy, ci_low, ci_high, n_points, scope
     samples.csv          per test point: label, and per model clean correct, the smallest eps that
-                         broke it and by which attack
+                         broke it and by which attack (with "fmn": its minimal Linf norm found)
     robustness.png       accuracy vs eps, one line per model and attack, the worst case boldest,
                          95% bands
     grad_norm.png        per-epoch gradient norm of each model, each member's start marked

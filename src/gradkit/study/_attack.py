@@ -20,9 +20,12 @@ Rows: `{"model", "attack", "eps", "accuracy", "n_points", "ci_low", "ci_high", "
   `n_points` points it ran on (those no attack broke at that eps or below), the strong evaluation's own
   figure on what the cheaper attacks left.
 
-Every attack goes through
+Every attack but "fmn" goes through
 `gradkit.evaluate` (Linf, `clip_values=(0, 1)`), which judges success on the model's real decision
-(argmax, or the boosted model's weighted hard vote).
+(argmax, or the boosted model's weighted hard vote). "fmn" runs `gradkit.min_norm` once per model (at
+its first eps > 0) on every test point; its per-point minimal Linf norms (None: not broken) stay in the
+record (`record["min_norm"]["fmn"]`, samples.csv's `<model>_fmn_norm`) and break each point at every
+eps >= its norm.
 
 References:
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
@@ -31,7 +34,7 @@ References:
 
 import numpy as np
 
-from gradkit.evaluation import evaluate, wilson_interval
+from gradkit.evaluation import evaluate, min_norm, wilson_interval
 
 WORST = "worst_case"
 SCOPES = {
@@ -100,6 +103,26 @@ def _summary(name, attack, eps, n, result):
     }
 
 
+def fmn_norms(model, data, record, config, batch_size):
+    """The per-point minimal Linf norms of one FMN run on every test point (None: not broken), computed
+    once per model and kept in `record["min_norm"]["fmn"]`."""
+    kept_norms = record.setdefault("min_norm", {})
+    if "fmn" not in kept_norms:
+        result = min_norm(model, data.x_test, data.y_test, norm=np.inf, attacks=("fmn",),
+                          steps=config.apgd_steps, clip_values=CLIP, batch_size=batch_size)  # fmt: skip
+        kept_norms["fmn"] = [None if np.isinf(v) else float(v) for v in result.norms]
+    return kept_norms["fmn"]
+
+
+def _mark(record, target, attack, eps, rows, how=None):
+    """Records the points `rows` as broken by `attack` at `eps` (and the worst case where first)."""
+    broken, by = record["broken"], record["by"]
+    for i in rows:
+        broken[target][i] = eps
+        if by[i] is None:  # the first attack to break it, at the smallest eps (they ascend)
+            broken[WORST][i], by[i] = eps, attack if target != WORST else f"standard:{how}"
+
+
 def attack_at(model, name, data, eps, record, config, batch_size):
     """Runs every attack of `config` on `model` at `eps`, updating `record` in place.
 
@@ -115,18 +138,20 @@ def attack_at(model, name, data, eps, record, config, batch_size):
         then "standard" where it ran; see the module's docstring) and the evaluation summaries (cost,
         per-attack figures, flags).
     """
-    broken, by, evaluations, standard = record["broken"], record["by"], [], None
+    broken, evaluations, standard = record["broken"], [], None
     for attack in sorted(config.attacks, key=lambda a: a == "standard"):  # "standard" last
         target = WORST if attack == "standard" else attack
         todo = _open(broken[target], eps)
         if eps == 0 or not len(todo):
             continue
+        if attack == "fmn":
+            norms = fmn_norms(model, data, record, config, batch_size)
+            _mark(record, target, attack, eps, [i for i in todo if norms[i] is not None and norms[i] <= eps])
+            continue
         result = _run(model, data, todo, attack, eps, config, batch_size)
         for i, robust, how in zip(todo, result.robust, result.broken_by):
             if not robust:
-                broken[target][i] = eps
-                if by[i] is None:  # the first attack to break it, at the smallest eps (they ascend)
-                    broken[WORST][i], by[i] = eps, attack if target != WORST else f"standard:{how}"
+                _mark(record, target, attack, eps, [i], how)
         evaluations.append(_summary(name, attack, eps, len(todo), result))
         if attack == "standard":
             standard = int(np.sum(result.robust)), len(todo)
@@ -147,7 +172,8 @@ def work(config, eps, n_members=1, n_classes=10):
         return 0.0
     apgd_t = config.apgd_steps * min(9, n_classes - 1) if n_classes >= 4 else 0  # its loss needs 4
     costs = {"fgsm": 1, "pgd": config.pgd_steps, "apgd-ce": config.apgd_steps, "apgd-t": apgd_t,
-             "square": config.square_queries / 3}  # fmt: skip
+             "square": config.square_queries / 3,
+             "fmn": config.apgd_steps / max(1, sum(e > 0 for e in config.epsilons))}  # fmt: skip
     objectives = 2 if n_members > 1 else 1
     costs["standard"] = objectives * (costs["apgd-ce"] + apgd_t) + costs["square"]
     return float(n_members * sum(costs[a] for a in config.attacks))
