@@ -14,6 +14,9 @@ def square_run(model, x, y=None, *, eps, norm=np.inf, n_queries=5000, p_init=0.8
     n_queries = _checks.check_int(n_queries, "n_queries", minimum=1)
     p_init = _checks.check_real(p_init, "p_init", minimum=0, strict=True, maximum=1)
     seed = _checks.check_seed(seed)
+    if _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS) == 1:
+        _checks.fail("norm", "np.inf or 2 for gradkit.square (its L1 version is not implemented: use "
+                     "gradkit.apgd(norm=1))", norm)  # fmt: skip
     if _checks.check_flag(targeted, "targeted") and y is None:  # the predictions would be "fooled" at once
         raise ValueError("`y` (the target classes) is required when targeted=True. Received: y=None")
     session = Session(model, x, y, eps=eps, norm=norm, clip_values=clip_values, batch_size=batch_size,

@@ -3,7 +3,9 @@
 An attack entry is a registry name (`gradkit.attacks.NAMES`), optionally with an ensemble objective
 after a slash ("apgd-ce/vote_margin"), or a callable `fn(model, x, y, eps=eps) -> x_adv`. "standard"
 expands to AutoAttack's standard version: APGD-CE, APGD-T, Square; on an ensemble or boosted model each
-gradient attack runs once per objective in `ENSEMBLE_OBJECTIVES`.
+gradient attack runs once per objective in `ENSEMBLE_OBJECTIVES`. Under L1 (norm=1) the APGD attacks
+take AutoAttack's L1 settings (`L1_OPTIONS`) and Square, which gradkit runs for Linf and L2 only,
+leaves the standard cascade (and is refused by name when listed).
 """
 
 import dataclasses
@@ -21,6 +23,14 @@ ITERATIVE = ("apgd-ce", "apgd-dlr", "apgd-t", "pgd", "bim")
 OBJECTIVES = ("loss_sum", "logit_mean", "prob_mean", "vote_margin")
 ENSEMBLE_OBJECTIVES = ("loss_sum", "vote_margin")
 _MIN_CLASSES = {"apgd-dlr": 3, "apgd-t": 4}  # the DLR loss divides by gaps between sorted logits
+L1_ONLY_NOT = ("square",)  # attacks without an L1 version in gradkit
+# AutoAttack's L1 standard version (autoattack.py, set_version): the decreasing-eps schedule, 5 restarts
+# of APGD-CE, 5 target classes of APGD-T (Croce & Hein 2021, sec. 3.2 and 4)
+L1_OPTIONS = {
+    "apgd-ce": {"use_largereps": True, "n_restarts": 5},
+    "apgd-dlr": {"use_largereps": True},
+    "apgd-t": {"use_largereps": True, "n_target_classes": 5},
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,9 +158,12 @@ def check_config(
     if isinstance(attacks, str) and attacks == "standard" and classes and classes < _MIN_CLASSES["apgd-t"]:
         entries = tuple(e for e in entries if e.attack != "apgd-t")  # APGD-T needs 4 classes
     _check_classes(entries, classes)
+    norm = _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS)
+    if norm == 1:
+        entries = _l1_entries(entries, isinstance(attacks, str) and attacks == "standard")
     return Config(
         eps=_checks.check_eps(eps),
-        norm=_checks.check_norm(norm),
+        norm=norm,
         clip_values=_checks.check_clip_values(clip_values),
         batch_size=_checks.check_batch_size(batch_size),
         seed=_checks.check_seed(seed),
@@ -161,9 +174,22 @@ def check_config(
     )
 
 
+def _l1_entries(entries, standard):
+    """The entries under L1: the standard cascade without the attacks that have no L1 version; a listed
+    one of them is refused by name."""
+    if standard:
+        return tuple(e for e in entries if e.attack not in L1_ONLY_NOT)
+    for entry in entries:
+        if entry.attack in L1_ONLY_NOT:
+            why = f"free of {entry.attack!r} under norm=1 (gradkit's Square runs Linf and L2 only)"
+            _checks.fail("attacks", why, entry.name)
+    return entries
+
+
 def options(entry, config):
-    """Keyword options of `gradkit.attacks.run_attack` for a registry `entry`."""
-    opts = {}
+    """Keyword options of `gradkit.attacks.run_attack` for a registry `entry` (under L1 with AutoAttack's
+    L1 settings, `L1_OPTIONS`)."""
+    opts = dict(L1_OPTIONS.get(entry.attack, {})) if config.norm == 1 else {}
     if entry.attack == "square":
         opts["n_queries"] = config.n_queries
     elif entry.attack != "fgsm":
@@ -188,7 +214,7 @@ def check_adversarial(entry, x_rows, x_adv, config):
             f"Received: shape {x_adv.shape}"
         )
     delta = (x_adv - x_rows).reshape(len(x_rows), -1).astype(np.float64)
-    size = np.abs(delta).max(axis=1) if config.norm == np.inf else np.linalg.norm(delta, axis=1)
+    size = np.linalg.norm(delta, ord=config.norm, axis=1)
     lo, hi = config.clip_values or (-np.inf, np.inf)
     if np.any(size > config.eps * (1 + 1e-5) + 1e-6) or x_adv.min() < lo - 1e-6 or x_adv.max() > hi + 1e-6:
         raise ValueError(
