@@ -19,7 +19,9 @@ LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
 def project(v, eps, lo=None, hi=None):
-    as_tensor = (lambda a: None if a is None else ops.convert_to_tensor(np.asarray(a, np.float32)[None]))  # fmt: skip
+    def as_tensor(a):
+        return None if a is None else ops.convert_to_tensor(np.asarray(a, np.float32)[None])
+
     out = _l1_box.project_l1_box(as_tensor(v), np.float32(eps), as_tensor(lo), as_tensor(hi))
     return ops.convert_to_numpy(out)[0].astype(np.float64)
 
@@ -57,8 +59,8 @@ def test_projection_agrees_with_a_generic_solver():
     rng = np.random.default_rng(1)
     for _ in range(5):
         x0, v, eps = rng.uniform(0, 1, 6), rng.normal(0, 1, 6), 0.8
-        cons = [{"type": "ineq", "fun": lambda d: eps - np.abs(d).sum()}]
-        best = minimize(lambda d: np.sum((d - v) ** 2), np.zeros(6), method="SLSQP", constraints=cons,
+        cons = [{"type": "ineq", "fun": lambda d, eps=eps: eps - np.abs(d).sum()}]
+        best = minimize(lambda d, v=v: np.sum((d - v) ** 2), np.zeros(6), method="SLSQP", constraints=cons,
                         bounds=list(zip(-x0, 1 - x0)), options={"ftol": 1e-12, "maxiter": 500})  # fmt: skip
         out = project(v, eps, -x0, 1 - x0)
         assert np.sum((out - v) ** 2) <= best.fun + 1e-5  # no feasible point is closer
@@ -145,8 +147,8 @@ def test_l1_gradient_attacks_stay_in_the_ball_and_the_box(digits_cnn, attack):
 
 
 def test_apgd_l1_gives_the_same_numbers_on_every_backend():
-    model = set_weights_from(keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(4, 3, activation="relu"),
-                                               keras.layers.Flatten(), keras.layers.Dense(10)]), scale=0.3)  # fmt: skip
+    layers = [keras.Input((8, 8, 1)), keras.layers.Conv2D(4, 3, activation="relu"), keras.layers.Flatten()]
+    model = set_weights_from(keras.Sequential(layers + [keras.layers.Dense(10)]), scale=0.3)
     x = np.random.RandomState(0).rand(6, 8, 8, 1).astype("float32")
     adv = gradkit.apgd(model, x, np.arange(6), eps=1.5, norm=1, steps=10, clip_values=(0, 1), seed=0)
     moved = (adv - x).reshape(6, -1).astype(np.float64)
@@ -193,7 +195,7 @@ def test_l1_bad_input_is_refused_before_any_work(digits_cnn):
         gradkit.evaluate(model, x[:4], y[:4], eps=0.1, norm="l0", verbose=0)
 
 
-STEPS = 20
+STEPS, SEEDS = 20, (0, 1)
 
 
 @pytest.mark.skipif(BACKEND != "torch", reason="adv-lib runs on PyTorch")
@@ -209,12 +211,16 @@ def test_apgd_l1_within_one_point_of_adv_lib(digits_cnn, eps, largereps):
     except ImportError:
         pytest.skip("adv-lib 0.2.8 is not installed (make test installs it)")
     model, x, y = digits_cnn
-    ours = accuracy(model, gradkit.apgd(model, x, y, eps=eps, norm=1, steps=STEPS, clip_values=(0, 1), seed=0,
-                                        use_largereps=largereps), y)  # fmt: skip
-    torch.manual_seed(0)
-    theirs = attacks.apgd(model, torch.from_numpy(x), torch.from_numpy(y.astype("int64")), eps=eps, norm=1,
-                          n_iter=STEPS, loss_function="ce", use_large_reps=largereps)  # fmt: skip
-    theirs = accuracy(model, theirs.detach().numpy(), y)
+    ours, theirs = [], []
+    for seed in SEEDS:  # one seed moves either figure by about a point on 300 points: two are averaged
+        adv = gradkit.apgd(model, x, y, eps=eps, norm=1, steps=STEPS, clip_values=(0, 1), seed=seed,
+                           use_largereps=largereps)  # fmt: skip
+        ours.append(accuracy(model, adv, y))
+        torch.manual_seed(seed)
+        adv = attacks.apgd(model, torch.from_numpy(x), torch.from_numpy(y.astype("int64")), eps=eps, norm=1,
+                           n_iter=STEPS, loss_function="ce", use_large_reps=largereps)  # fmt: skip
+        theirs.append(accuracy(model, adv.detach().numpy(), y))
+    ours, theirs = float(np.mean(ours)), float(np.mean(theirs))
     print(f"APGD-L1 eps {eps} largereps {largereps}: gradkit {ours:.3f}, adv-lib {theirs:.3f}")
     assert accuracy(model, x, y) - ours > 0.3  # the attack does something on this model
     assert ours <= theirs + 0.01, (ours, theirs)

@@ -73,9 +73,10 @@ def _one_run(session, rows, targets, *, steps, rng, rho, use_largereps):
     if not use_largereps:
         return apgd_device(session, x0, labels, targets, steps=steps, rng=rng, rho=rho)[:2]
     start = x0 + rng.standard_normal(size=x0.shape).astype(x0.dtype)
-    for eps, n_steps in l1.stages(session.eps, steps):
+    runs = l1.stages(session.eps, steps)
+    for i, (eps, n_steps) in enumerate(runs):
         adv, hit, start = apgd_device(session, x0, labels, targets, steps=n_steps, rng=rng, rho=rho, eps=eps,
-                                      x_init=start)  # fmt: skip
+                                      x_init=start, freeze=i == len(runs) - 1)  # fmt: skip
     return adv, hit
 
 

@@ -91,7 +91,8 @@ def _update(objective, norm, clip):
         state["n_evaluated"] = state["n_evaluated"] + ops.sum(ops.cast(active, "int32"))
         state["k"] = state["k"] + 1
         state = (l1.checkpoint if norm == 1 else _checkpoint)(state, fixed, active)
-        still = ops.logical_and(active, ops.logical_not(state["success"]))
+        done = ops.logical_and(state["success"], fixed["freeze"] > 0)  # freeze=0: no early stop
+        still = ops.logical_and(active, ops.logical_not(done))
         bounds = (fixed["lo"], fixed["hi"]) if clip else None
         state = (
             l1.propose(state, fixed, bounds, still)
@@ -140,12 +141,15 @@ def _init(objective, x_start, x0, n, eps, norm, given):
     return init
 
 
-def apgd_device(session, x0, labels, targets, *, steps, rng, rho, momentum=0.75, eps=None, x_init=None):
+def apgd_device(session, x0, labels, targets, *, steps, rng, rho, momentum=0.75, eps=None, x_init=None,
+                freeze=True):  # fmt: skip
     """`_apgd.apgd_core` on the engine for the session's objective: `(x_adv, success, x_best)` for the
     rows `x0` `(m, ...)` with `labels` (and `targets`, APGD-T, or None); success means misclassification;
     `x_best` is each row's point of highest objective. The start is `x_init` (projected onto the ball
     and box) or drawn from `rng` as the core draws it; `eps` defaults to the session's (`use_largereps`
-    runs at larger ones). The evaluated rows are added to `session.n_gradients`."""
+    runs at larger ones); `freeze=False` keeps attacking rows that succeeded (their best point goes on
+    rising: the runs of `use_largereps` before the last, as in AutoAttack). The evaluated rows are
+    added to `session.n_gradients`."""
     eps = session.eps if eps is None else eps
     norm, clip = session.norm, session.clip_values
     start = sphere_start(x0, eps, norm, np.random.default_rng(rng)) if x_init is None else x_init
@@ -154,7 +158,7 @@ def apgd_device(session, x0, labels, targets, *, steps, rng, rho, momentum=0.75,
     step = objective.step_function("apgd", _update(objective, norm, clip is not None), norm=norm,
                                    clip=clip is not None)  # fmt: skip
     lo, hi = clip or (0.0, 0.0)
-    fixed_scalars = dict(eps=eps, lo=lo, hi=hi, rho=rho, momentum=momentum)
+    fixed_scalars = dict(eps=eps, lo=lo, hi=hi, rho=rho, momentum=momentum, freeze=float(freeze))
     constants = {k: engine.scalar(v) for k, v in fixed_scalars.items()}
     (trainables, non_trainables), parts = objective.fixed(labels, targets)
     init = _init(objective, start, x0, len(labels), eps, norm, x_init is not None)
