@@ -18,16 +18,34 @@ from conftest import BACKEND, set_weights_from
 LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
-def project(v, eps, lo=None, hi=None):
-    def as_tensor(a):
-        return None if a is None else ops.convert_to_tensor(np.asarray(a, np.float32)[None])
+def _device_projection():
+    """`project_l1_box` as the attacks run it: compiled whole on JAX (op by op, eager JAX compiles each
+    op anew for every shape)."""
+    if BACKEND != "jax":
+        return _l1_box.project_l1_box
+    import jax
 
-    out = _l1_box.project_l1_box(as_tensor(v), np.float32(eps), as_tensor(lo), as_tensor(hi))
-    return ops.convert_to_numpy(out)[0].astype(np.float64)
+    return jax.jit(_l1_box.project_l1_box)
+
+
+DEVICE_PROJECTION = _device_projection()
+
+
+def project(v, eps, lo=None, hi=None, host=False):
+    """The projection of the rows `v` `(n, d)` (or one row `(d,)`), on the device or on the host."""
+    one = np.ndim(v) == 1
+    v, lo, hi = (None if a is None else np.atleast_2d(np.asarray(a, np.float32)) for a in (v, lo, hi))
+    eps = np.asarray(eps, np.float32)
+    if host:
+        out = _l1_box.project_l1_box_host(v, eps, lo, hi)
+    else:
+        tensors = [None if a is None else ops.convert_to_tensor(a) for a in (v, eps, lo, hi)]
+        out = ops.convert_to_numpy(DEVICE_PROJECTION(*tensors)).astype(np.float64)
+    return out[0] if one else out
 
 
 def reference(v, eps, lo, hi):
-    """The projection by bisection on the threshold in float64 (the KKT form, 200 halvings)."""
+    """The projection of one row by bisection on the threshold in float64 (the KKT form)."""
     a, room = np.abs(v), np.where(v >= 0, hi, -lo)
 
     def size(lam):
@@ -42,17 +60,19 @@ def reference(v, eps, lo, hi):
     return np.sign(v) * np.clip(a - high, 0, room)
 
 
-def test_projection_is_the_closest_point_of_the_ball_and_the_box():
+@pytest.mark.parametrize("host", [False, True])
+def test_projection_is_the_closest_point_of_the_ball_and_the_box(host):
     rng = np.random.default_rng(0)
-    for _ in range(200):
-        d = int(rng.integers(1, 10))
-        x0 = rng.uniform(0, 1, d)
-        v = rng.normal(0, rng.choice([0.1, 1.0, 3.0]), d)
-        eps = float(rng.choice([0.0, 0.1, 0.5, 1.0, 3.0]))
-        out = project(v, eps, -x0, 1 - x0)
-        assert np.abs(out).sum() <= eps * (1 + 1e-6) + 1e-7
+    for d in (1, 3, 9, 40):
+        x0 = rng.uniform(0, 1, (60, d)).astype(np.float32)
+        v = (rng.normal(0, 1, (60, d)) * rng.choice([0.1, 1.0, 3.0], (60, 1))).astype(np.float32)
+        eps = rng.choice([0.0, 0.1, 0.5, 1.0, 3.0], 60).astype(np.float32)
+        out = project(v, eps, -x0, 1 - x0, host=host)
+        assert np.all(np.abs(out).sum(axis=1) <= eps * (1 + 1e-6) + 1e-7)
         assert np.all(out >= -x0 - 1e-7) and np.all(out <= 1 - x0 + 1e-7)
-        np.testing.assert_allclose(out, reference(v, eps, -x0, 1 - x0), atol=1e-6)
+        for row in range(60):
+            expected = reference(v[row].astype(np.float64), float(eps[row]), -x0[row], 1 - x0[row])
+            np.testing.assert_allclose(out[row], expected, atol=2e-6)
 
 
 def test_projection_agrees_with_a_generic_solver():
@@ -62,18 +82,23 @@ def test_projection_agrees_with_a_generic_solver():
         cons = [{"type": "ineq", "fun": lambda d, eps=eps: eps - np.abs(d).sum()}]
         best = minimize(lambda d, v=v: np.sum((d - v) ** 2), np.zeros(6), method="SLSQP", constraints=cons,
                         bounds=list(zip(-x0, 1 - x0)), options={"ftol": 1e-12, "maxiter": 500})  # fmt: skip
-        out = project(v, eps, -x0, 1 - x0)
+        out = project(v, eps, -x0, 1 - x0, host=True)
         assert np.sum((out - v) ** 2) <= best.fun + 1e-5  # no feasible point is closer
         np.testing.assert_allclose(out, best.x, atol=2e-3)
 
 
-def test_projection_hand_cases():
-    # inside the ball: only the box clips; outside: soft threshold 0.5 on (3, -1, 0.5) gives (2.5, -0.5, 0)
-    np.testing.assert_allclose(project([0.2, -0.3], 1.0, [-1, -1], [1, 0.1]), [0.2, -0.3])
-    np.testing.assert_allclose(project([3.0, -1.0, 0.5], 3.0), [2.5, -0.5, 0.0], atol=1e-6)
-    # the box caps the first coordinate at 1: the rest of the budget goes to the others (threshold 0)
-    np.testing.assert_allclose(project([3.0, -1.0, 0.5], 2.5, [-2] * 3, [1] * 3), [1.0, -1.0, 0.5], atol=1e-6)
-    assert np.all(project([1.0, -2.0], 0.0) == 0)
+@pytest.mark.parametrize("host", [False, True])
+def test_projection_hand_cases(host):
+    v = [[0.2, -0.3, 0.0], [3.0, -1.0, 0.5], [3.0, -1.0, 0.5], [1.0, -2.0, 0.0]]
+    lo, hi = [[-1, -1, -1], [-9] * 3, [-2] * 3, [-1] * 3], [[1, 0.1, 1], [9] * 3, [1] * 3, [1] * 3]
+    out = project(v, [1.0, 3.0, 2.5, 0.0], lo, hi, host=host)
+    np.testing.assert_allclose(out[0], [0.2, -0.3, 0.0])  # inside the ball and the box: unchanged
+    np.testing.assert_allclose(out[1], [2.5, -0.5, 0.0], atol=1e-6)  # soft threshold at 0.5
+    np.testing.assert_allclose(out[2], [1.0, -1.0, 0.5], atol=1e-6)  # the box caps 3 at 1: threshold 0
+    assert np.all(out[3] == 0)  # eps 0
+    np.testing.assert_allclose(
+        project([3.0, -1.0, 0.5], 3.0, host=host), [2.5, -0.5, 0.0], atol=1e-6
+    )  # no box
 
 
 def test_sparse_step_moves_the_top_fraction_with_unit_l1_norm():

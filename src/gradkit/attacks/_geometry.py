@@ -70,7 +70,7 @@ def _project_l1(x, x0, eps, clip_values):
     lo = hi = None
     if clip_values is not None:
         lo, hi = x0.dtype.type(clip_values[0]) - x0, x0.dtype.type(clip_values[1]) - x0
-    delta = ops.convert_to_numpy(_l1_box.project_l1_box(ops.convert_to_tensor(x - x0), eps, lo, hi))
+    delta = _l1_box.project_l1_box_host(x - x0, eps, lo, hi)
     x = x0 + delta.astype(x0.dtype)
     if clip_values is not None:  # the rounding of x0 + delta
         x = np.clip(x, x0.dtype.type(clip_values[0]), x0.dtype.type(clip_values[1]))

@@ -28,6 +28,7 @@ References:
 
 import math
 
+import numpy as np
 from keras import ops
 
 TINY = 1e-12  # the floor of a norm before dividing by it
@@ -100,6 +101,37 @@ def project_l1_box(v, eps, lo=None, hi=None):
     d = ops.sign(flat(v)) * ops.clip(a - lam[:, None], 0, room)
     rescale = ops.minimum(1.0, eps / ops.maximum(ops.sum(ops.abs(d), axis=1), TINY))  # float rounding
     return ops.reshape(d * rescale[:, None], shape)
+
+
+def project_l1_box_host(v, eps, lo=None, hi=None):
+    """`project_l1_box` in numpy, in float64 (for the host: start points and returned examples; keras.ops
+    on numpy arrays would compile every op anew for each row count on JAX). Same arguments as numpy
+    arrays; returns float64 like `v`."""
+    shape, v = np.shape(v), np.asarray(v, np.float64).reshape(len(v), -1)
+    a, eps = np.abs(v), np.broadcast_to(np.asarray(eps, np.float64).reshape(-1), (len(v),))
+    if lo is None:
+        room = np.broadcast_to(a.sum(axis=1, keepdims=True) + 1.0, a.shape)
+    else:
+        room = np.where(v >= 0, np.reshape(hi, v.shape), -np.reshape(lo, v.shape)).astype(np.float64)
+    breaks = np.concatenate([a - room, a], axis=1)
+    order = np.argsort(breaks, axis=1, kind="stable")
+    breaks = np.take_along_axis(breaks, order, axis=1)
+    slope = np.cumsum(np.take_along_axis(np.concatenate([-np.ones_like(a), np.ones_like(a)], 1), order, 1), 1)
+    at_breaks = room.sum(axis=1, keepdims=True) + np.concatenate(
+        [np.zeros((len(v), 1)), np.cumsum(slope[:, :-1] * np.diff(breaks, axis=1), axis=1)], axis=1
+    )
+    j = np.sum(at_breaks > eps[:, None], axis=1, keepdims=True)
+    last = breaks.shape[1] - 1
+    mid = (
+        np.take_along_axis(breaks, np.clip(j - 1, 0, last), 1)
+        + np.take_along_axis(breaks, np.clip(j, 0, last), 1)
+    ) / 2
+    free, saturated = (a - room < mid) & (mid < a), mid <= a - room
+    lam = (np.sum(a * free + room * saturated, axis=1) - eps) / np.maximum(free.sum(axis=1), 1)
+    lam = np.where(np.minimum(a, room).sum(axis=1) > eps, np.maximum(lam, 0.0), 0.0)
+    d = np.sign(v) * np.clip(a - lam[:, None], 0, room)
+    d *= np.minimum(1.0, eps / np.maximum(np.abs(d).sum(axis=1), TINY))[:, None]
+    return d.reshape(shape)
 
 
 def sparse_direction(grad, topk):
