@@ -71,12 +71,12 @@ def _one_run(session, rows, targets, *, steps, rng, rho, use_largereps):
     three runs at 3, 2 and 1 times eps of `_apgd_l1.stages`, each from the previous one's best point."""
     x0, labels = session.x0[rows], session.labels[rows]
     if not use_largereps:
-        return apgd_device(session, x0, labels, targets, steps=steps, rng=rng, rho=rho)[:2]
+        return apgd_device(session, x0, labels, targets=targets, steps=steps, rng=rng, rho=rho)[:2]
     start = x0 + rng.standard_normal(size=x0.shape).astype(x0.dtype)
     runs = l1.stages(session.eps, steps)
     for i, (eps, n_steps) in enumerate(runs):
-        adv, hit, start = apgd_device(session, x0, labels, targets, steps=n_steps, rng=rng, rho=rho, eps=eps,
-                                      x_init=start, freeze=i == len(runs) - 1)  # fmt: skip
+        adv, hit, start = apgd_device(session, x0, labels, targets=targets, steps=n_steps, rng=rng, rho=rho,
+                                      eps=eps, x_init=start, freeze=i == len(runs) - 1)  # fmt: skip
     return adv, hit
 
 

@@ -4,8 +4,7 @@ An attack entry is a registry name (`gradkit.attacks.NAMES`), optionally with an
 after a slash ("apgd-ce/vote_margin"), or a callable `fn(model, x, y, eps=eps) -> x_adv`. "standard"
 expands to AutoAttack's standard version: APGD-CE, APGD-T, Square; on an ensemble or boosted model each
 gradient attack runs once per objective in `ENSEMBLE_OBJECTIVES`. Under L1 (norm=1) the APGD attacks
-take AutoAttack's L1 settings (`L1_OPTIONS`) and Square, which gradkit runs for Linf and L2 only,
-leaves the standard cascade (and is refused by name when listed).
+take AutoAttack's L1 settings (`L1_OPTIONS`); Square runs its L1 version.
 """
 
 import dataclasses
@@ -23,7 +22,6 @@ ITERATIVE = ("apgd-ce", "apgd-dlr", "apgd-t", "pgd", "bim")
 OBJECTIVES = ("loss_sum", "logit_mean", "prob_mean", "vote_margin")
 ENSEMBLE_OBJECTIVES = ("loss_sum", "vote_margin")
 _MIN_CLASSES = {"apgd-dlr": 3, "apgd-t": 4}  # the DLR loss divides by gaps between sorted logits
-L1_ONLY_NOT = ("square",)  # attacks without an L1 version in gradkit
 # AutoAttack's L1 standard version (autoattack.py, set_version): the decreasing-eps schedule, 5 restarts
 # of APGD-CE, 5 target classes of APGD-T (Croce & Hein 2021, sec. 3.2 and 4)
 L1_OPTIONS = {
@@ -158,12 +156,9 @@ def check_config(
     if isinstance(attacks, str) and attacks == "standard" and classes and classes < _MIN_CLASSES["apgd-t"]:
         entries = tuple(e for e in entries if e.attack != "apgd-t")  # APGD-T needs 4 classes
     _check_classes(entries, classes)
-    norm = _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS)
-    if norm == 1:
-        entries = _l1_entries(entries, isinstance(attacks, str) and attacks == "standard")
     return Config(
         eps=_checks.check_eps(eps),
-        norm=norm,
+        norm=_checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS),
         clip_values=_checks.check_clip_values(clip_values),
         batch_size=_checks.check_batch_size(batch_size),
         seed=_checks.check_seed(seed),
@@ -172,18 +167,6 @@ def check_config(
         verbose=_checks.check_int(verbose, "verbose", minimum=0),
         entries=entries,
     )
-
-
-def _l1_entries(entries, standard):
-    """The entries under L1: the standard cascade without the attacks that have no L1 version; a listed
-    one of them is refused by name."""
-    if standard:
-        return tuple(e for e in entries if e.attack not in L1_ONLY_NOT)
-    for entry in entries:
-        if entry.attack in L1_ONLY_NOT:
-            why = f"free of {entry.attack!r} under norm=1 (gradkit's Square runs Linf and L2 only)"
-            _checks.fail("attacks", why, entry.name)
-    return entries
 
 
 def options(entry, config):

@@ -46,10 +46,7 @@ def evaluate(
     | norm | "standard" runs | settings (AutoAttack's for that norm) |
     |---|---|---|
     | Linf, L2 | APGD-CE, APGD-T, Square | APGD-CE 1 restart; APGD-T 9 targets |
-    | L1 | APGD-CE, APGD-T | APGD-L1 with `use_largereps`; APGD-CE 5 restarts; APGD-T 5 targets |
-
-    AutoAttack's L1 version also runs Square-L1 and FAB-T; gradkit's Square is Linf/L2 only (refused
-    under norm=1).
+    | L1 | APGD-CE, APGD-T, Square | APGD-L1 with `use_largereps`; APGD-CE 5 restarts; APGD-T 5 targets |
 
     Args:
         model: a Keras classifier, a `gradkit.WeightedEnsemble` or a fitted boosting estimator.
