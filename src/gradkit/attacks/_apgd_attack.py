@@ -113,14 +113,17 @@ def apgd(model, x, y=None, *, eps, norm=np.inf, steps=100, loss="ce", targeted=F
 
     | | Linf, L2 | L1 |
     |---|---|---|
-    | start | x0 + eps * a random unit Linf / L2 direction | x0 + N(0, I), projected |
-    | step | sign(g) / g / ||g||_2, size 2 * eps, momentum 0.75 | sign(g) on the top `topk` fraction of
-      |g|, unit L1 norm, size eps, no momentum |
-    | projection | clip / rescale, then clip to `clip_values` | the exact projection onto the L1-ball
-      intersected with the box `clip_values` |
-    | checkpoints | Algorithm 1's (22%, 41%, ...): halve the step, restart from the best point | every
-      4% of the steps: `topk` = sparsity of the best point / 1.5; the step back to eps (and a restart
-      from the best point) where it got sparser, else divided by 1.5, within [eps / 10, eps] |
+    | start | x0 + eps * random unit direction | x0 + N(0, I), projected |
+    | direction | sign(g) / unit-L2 g | sparse (1) |
+    | step size, momentum | 2 * eps, 0.75 | eps, none |
+    | projection | clip / rescale, clip to the box | exact onto L1-ball and box (2) |
+    | checkpoints | 22%, 41%, ... (Algorithm 1) | every 4% of the steps (3) |
+
+    (1) sign(g) on the `topk` fraction of largest |g_i|, divided by their count (unit L1 norm).
+    (2) The closest point of the L1-ball intersected with the box `clip_values` (Lemma 3.1).
+    (3) `topk` = sparsity of the best point / (1.5 d); where the best point got sparser (by 5%), the
+    step goes back to eps and the run restarts from it, elsewhere the step is divided by 1.5; the step
+    stays in [eps / 10, eps].
 
     `use_largereps=True` (L1 only; AutoAttack's L1 standard version uses it, with `n_restarts=5` for
     APGD-CE and `n_target_classes=5` for APGD-T) splits each run into runs at 3 * eps, 2 * eps and eps
