@@ -269,7 +269,7 @@ def test_ensemble_linearity_and_hard_vote_labels():
         (dict(eps_step=None), TypeError, "`eps_step` must be a finite number"),
         (dict(steps=0), ValueError, "`steps` must be an integer >= 1"),
         (dict(steps=2.5), TypeError, "`steps` must be an integer"),
-        (dict(norm=1), ValueError, "`norm` must be"),
+        (dict(norm=3), ValueError, "`norm` must be"),
         (dict(clip_values=(1, 0)), ValueError, "min <= max"),
         (dict(clip_values=(0,)), ValueError, "pair"),
         (dict(clip_values=(0.2, 1)), ValueError, "inside clip_values"),

@@ -134,7 +134,7 @@ def test_device_apgd_equals_the_numpy_core(loss, norm, targeted):
     ref, ref_hit, _, _ = apgd_core(step, session.x0, session.labels, eps=eps, norm=norm, steps=12,
                                    clip_values=(0, 1), rng=3, targets=targets)  # fmt: skip
     expected, session.n_gradients = session.n_gradients, 0
-    adv, hit = apgd_device(session, session.x0, session.labels, targets, steps=12, rng=3, rho=0.75)
+    adv, hit, _ = apgd_device(session, session.x0, session.labels, targets, steps=12, rng=3, rho=0.75)
     assert 0 < ref_hit.sum() < len(x)  # some rows stop early, some run to the end
     np.testing.assert_array_equal(hit, ref_hit)
     # L2: the per-sample norms are sums in another order than numpy's (float32 rounding, through momentum)

@@ -12,7 +12,9 @@ import numbers
 
 import numpy as np
 
-_NORMS = {"inf": np.inf, "linf": np.inf, "l2": 2.0, "2": 2.0}
+_NORMS = {"inf": np.inf, "linf": np.inf, "l2": 2.0, "2": 2.0, "l1": 1.0, "1": 1.0, "l0": 0.0, "0": 0.0}
+_SPELLED = {np.inf: 'np.inf (or "inf", "linf")', 2.0: '2 (or "l2")', 1.0: '1 (or "l1")', 0.0: '0 (or "l0")'}
+GRADIENT_NORMS = (np.inf, 2, 1)  # the norms of the gradient attacks (FGSM, BIM, PGD, APGD) and of `evaluate`
 
 
 def fail(name, expected, value, error=ValueError):
@@ -108,14 +110,29 @@ def check_steps(steps, name="steps"):
     return check_int(steps, name, minimum=1)
 
 
-def check_norm(norm, name="norm"):
-    """np.inf / "inf" / "linf" -> np.inf and 2 / "l2" / "2" -> 2.0; ValueError for anything else."""
+def check_norm(norm, name="norm", allowed=(np.inf, 2)):
+    """`norm` in canonical form, if it is one of the `allowed` norms; ValueError otherwise.
+
+    Spellings: np.inf / "inf" / "linf" -> np.inf; 2 / "l2" / "2" -> 2.0; 1 / "l1" / "1" -> 1.0; 0 / "l0" /
+    "0" -> 0.0. `allowed` lists what the caller takes (each function states its own: APGD and PGD take
+    inf, 2 and 1; a minimum-norm attack may take 0 too). Defaults to (np.inf, 2).
+    """
     key = norm.lower() if isinstance(norm, str) else norm
-    if is_real(key) and key in (np.inf, 2):
-        return float(key)
-    if isinstance(key, str) and key in _NORMS:
-        return _NORMS[key]
-    raise ValueError(f'`{name}` must be np.inf (or "inf", "linf") or 2 (or "l2"). Received: {name}={norm!r}')
+    value = None
+    if is_real(key) and not isinstance(key, str) and key in _NORMS.values():
+        value = float(key)
+    elif isinstance(key, str):
+        value = _NORMS.get(key)
+    allowed = tuple(float(a) for a in allowed)
+    if value is None or value not in allowed:
+        spelled = " or ".join(_SPELLED[a] for a in sorted(allowed, reverse=True))
+        raise ValueError(f"`{name}` must be {spelled}. Received: {name}={norm!r}")
+    return value
+
+
+def norm_name(norm):
+    """The short name of a canonical norm: "linf", "l2", "l1" or "l0" (files, reports, fingerprints)."""
+    return "linf" if norm == np.inf else f"l{int(norm)}"
 
 
 def check_clip_values(clip_values, name="clip_values"):

@@ -1,12 +1,12 @@
-"""Gradient attacks on Keras models and weighted ensembles: FGSM, BIM and PGD (Linf and L2).
+"""Gradient attacks on Keras models and weighted ensembles: FGSM, BIM, PGD and APGD (Linf, L2 and L1).
 
-All three are the same projected loop (`_loop.py`, its geometry in `_geometry.py`): FGSM is one BIM step with
-`eps_step = eps`; BIM is PGD without random start. Every iterate is projected onto the eps-ball around
-the clean input and clipped to `clip_values`. Each step is one compiled call for all ensemble members
-that also moves, projects, clips and records the best iterate on the device (the engine, `_engine.py`;
-APGD runs on it too, `_apgd_device.py`), and attacks on the same model with the same
-`loss`/`output`/`batch_size` share it. The loop over steps is a Python loop: on CPU a PGD fused into one
-`jax.lax.fori_loop` measured 7.5x slower than a Python loop of jitted steps.
+FGSM, BIM and PGD are the same projected loop (`_loop.py`, its geometry in `_geometry.py`): FGSM is one BIM
+step with `eps_step = eps`; BIM is PGD without random start. Every iterate is projected onto the eps-ball
+around the clean input and clipped to `clip_values`. Each step is one compiled call for all ensemble members
+that also moves, projects, clips and records the best iterate on the device (the engine, `_engine.py`; APGD
+runs on it too, `_apgd_device.py`), and attacks on the same model with the same `loss`/`output`/`batch_size`
+share it. The loop over steps is a Python loop: on CPU a PGD fused into one `jax.lax.fori_loop` measured
+7.5x slower than a Python loop of jitted steps.
 
 References:
     Goodfellow, Shlens & Szegedy (2015), "Explaining and harnessing adversarial examples", ICLR,

@@ -51,7 +51,10 @@ def checkpoints(steps):
 
 
 def sphere_start(x0, eps, norm, rng):
-    """AutoAttack's start `(n, ...)` float: x0 plus eps times a random Linf- or L2-normalised direction."""
+    """AutoAttack's start `(n, ...)` float: x0 plus eps times a random Linf- or L2-normalised direction;
+    L1: x0 plus a standard gaussian, which the caller projects onto the L1-ball and the box."""
+    if norm == 1:
+        return x0 + rng.standard_normal(size=x0.shape).astype(x0.dtype)
     if norm == np.inf:
         t = rng.uniform(-1.0, 1.0, size=x0.shape)
         scale = np.abs(t).reshape(len(t), -1).max(axis=1).reshape((-1,) + (1,) * (x0.ndim - 1))

@@ -6,7 +6,8 @@ compiled step evaluates the objective at the current iterate, records, applies t
 where the step index is a checkpoint, and proposes the next iterate (`_engine.py`). Rows that
 succeeded are frozen (the early stop of `apgd_core`, as a mask); the step counts the rows it really
 attacked, so the gradient count is that of the numpy core. The host reads one flag per checkpoint
-(whether any row of the batch is still attacked) and the result at the end.
+(whether any row of the batch is still attacked) and the result at the end. L1 (Croce & Hein 2021)
+swaps in its sparse step without momentum and its checkpoint rule (`_apgd_l1.py`) at the same joints.
 
 References:
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
@@ -17,6 +18,7 @@ import numpy as np
 from keras import ops
 
 from gradkit import backend
+from gradkit.attacks import _apgd_l1 as l1
 from gradkit.attacks import _engine as engine
 from gradkit.attacks import _geometry as geometry
 from gradkit.attacks._apgd import checkpoints, sphere_start
@@ -88,34 +90,44 @@ def _update(objective, norm, clip):
         state["best_at_check"] = ops.where(start, state["best_values"], state["best_at_check"])
         state["n_evaluated"] = state["n_evaluated"] + ops.sum(ops.cast(active, "int32"))
         state["k"] = state["k"] + 1
-        state = _checkpoint(state, fixed, active)
-        still = ops.logical_and(active, ops.logical_not(state["success"]))
-        state = _propose(state, fixed, norm, (fixed["lo"], fixed["hi"]) if clip else None, still)
+        state = (l1.checkpoint if norm == 1 else _checkpoint)(state, fixed, active)
+        done = ops.logical_and(state["success"], fixed["freeze"] > 0)  # freeze=0: no early stop
+        still = ops.logical_and(active, ops.logical_not(done))
+        bounds = (fixed["lo"], fixed["hi"]) if clip else None
+        state = (
+            l1.propose(state, fixed, bounds, still)
+            if norm == 1
+            else _propose(state, fixed, norm, bounds, still)
+        )
         state["active"] = still
         return state
 
     return update
 
 
-def _schedule(steps):
+def _schedule(steps, norm):
     """`[(plain steps, then one checkpoint step?)]` over the `steps + 1` evaluations (the start point
-    first): the checkpoints `w_j` of `checkpoints(steps)` fall on the evaluation of iterate `w_j`."""
+    first): the checkpoints `w_j` of `checkpoints(steps)` (L1: `_apgd_l1.marks(steps)`) fall on the
+    evaluation of iterate `w_j`."""
     segments, last = [], -1
-    for mark in checkpoints(steps)[1:]:
+    for mark in l1.marks(steps) if norm == 1 else checkpoints(steps)[1:]:
         segments.append((mark - last - 1, True))
         last = mark
     return segments + [(steps - last, False)]
 
 
-def _init(objective, x_start, x0, n, eps):
+def _init(objective, x_start, x0, n, eps, norm, given):
     """`init(start, stop, pad) -> (state, {"x0": clean rows})`: a batch's state before the evaluation of
-    its start point, and its clean input (a constant of the step)."""
+    its start point, and its clean input (a constant of the step). The step size starts at 2 * eps
+    (L1: eps, with the sparsity records of `_apgd_l1.initial`; `given`: the start was given)."""
     per_row = dict(
         values=np.zeros(n, np.float32), best_values=np.full(n, -np.inf, np.float32),
-        best_at_check=np.zeros(n, np.float32), eta=np.full(n, 2.0 * eps, np.float32),
+        best_at_check=np.zeros(n, np.float32), eta=np.full(n, (1.0 if norm == 1 else 2.0) * eps, np.float32),
         n_increases=np.zeros(n, np.int32), success=np.zeros(n, bool), reduced=np.ones(n, bool),
         active=np.ones(n, bool), best_grad=np.zeros_like(x_start),
     )  # fmt: skip
+    if norm == 1:
+        per_row["topk"], per_row["sp_old"] = l1.initial(x_start, x0, given)
 
     def init(start, stop, pad):
         x = objective.batch_rows(x_start, start, stop, pad)
@@ -129,37 +141,53 @@ def _init(objective, x_start, x0, n, eps):
     return init
 
 
-def apgd_device(session, x0, labels, targets, *, steps, rng, rho, momentum=0.75):
-    """`_apgd.apgd_core` on the engine for the session's objective: `(x_adv, success)` for the rows
-    `x0` `(m, ...)` with `labels` (and `targets`, APGD-T, or None); success means misclassification.
-    The start is drawn from `rng` as the core draws it; the evaluated rows are added to
-    `session.n_gradients`."""
-    eps, norm, clip = session.eps, session.norm, session.clip_values
-    start = sphere_start(x0, eps, norm, np.random.default_rng(rng))
+def apgd_device(session, x0, labels, targets, *, steps, rng, rho, momentum=0.75, eps=None, x_init=None,
+                freeze=True):  # fmt: skip
+    """`_apgd.apgd_core` on the engine for the session's objective: `(x_adv, success, x_best)` for the
+    rows `x0` `(m, ...)` with `labels` (and `targets`, APGD-T, or None); success means misclassification;
+    `x_best` is each row's point of highest objective. The start is `x_init` (projected onto the ball
+    and box) or drawn from `rng` as the core draws it; `eps` defaults to the session's (`use_largereps`
+    runs at larger ones); `freeze=False` keeps attacking rows that succeeded (their best point goes on
+    rising: the runs of `use_largereps` before the last, as in AutoAttack). The evaluated rows are
+    added to `session.n_gradients`."""
+    eps = session.eps if eps is None else eps
+    norm, clip = session.norm, session.clip_values
+    start = sphere_start(x0, eps, norm, np.random.default_rng(rng)) if x_init is None else x_init
     start = geometry.project_and_clip(np.asarray(start, np.float32), x0, eps, norm, clip)
     objective = session.objective
     step = objective.step_function("apgd", _update(objective, norm, clip is not None), norm=norm,
                                    clip=clip is not None)  # fmt: skip
     lo, hi = clip or (0.0, 0.0)
-    fixed_scalars = dict(eps=eps, lo=lo, hi=hi, rho=rho, momentum=momentum)
+    fixed_scalars = dict(eps=eps, lo=lo, hi=hi, rho=rho, momentum=momentum, freeze=float(freeze))
     constants = {k: engine.scalar(v) for k, v in fixed_scalars.items()}
-    on, off = backend.to_tensor(np.asarray(True)), backend.to_tensor(np.asarray(False))
     (trainables, non_trainables), parts = objective.fixed(labels, targets)
-    init = _init(objective, start, x0, len(labels), eps)
-    adv, success = [], []
+    init = _init(objective, start, x0, len(labels), eps, norm, x_init is not None)
+    results = []
     for first, stop, pad, y, weights in parts:
         state, constant = init(first, stop, pad)
-        fixed = dict(constants, y=y, weights=weights, **constant)
-        for plain, marked in _schedule(steps):
-            state = engine.advance(step, (trainables, non_trainables), state, fixed, plain)
-            if marked:
-                state["mark"] = on
-                state = engine.advance(step, (trainables, non_trainables), state, fixed, 1)
-                state["mark"] = off
-                if not bool(backend.to_numpy(ops.any(state["active"]))):
-                    break
+        state = _advance(
+            step,
+            (trainables, non_trainables),
+            state,
+            dict(constants, y=y, weights=weights, **constant),
+            _schedule(steps, norm),
+        )
         final = ops.where(_rows(state["success"], state["adv"]), state["adv"], state["best_x"])
-        adv.append(engine.to_host(final, stop - first))
-        success.append(engine.to_host(state["success"], stop - first))
+        results.append(engine.to_host((final, state["success"], state["best_x"]), stop - first))
         session.n_gradients += int(backend.to_numpy(state["n_evaluated"]))
-    return np.concatenate(adv), np.concatenate(success)
+    return tuple(np.concatenate(part) for part in zip(*results))
+
+
+def _advance(step, variables, state, fixed, schedule):
+    """The steps of one batch along `schedule` (`_schedule`), stopping at a checkpoint where no row of
+    the batch is still attacked."""
+    on, off = backend.to_tensor(np.asarray(True)), backend.to_tensor(np.asarray(False))
+    for plain, marked in schedule:
+        state = engine.advance(step, variables, state, fixed, plain)
+        if marked:
+            state["mark"] = on
+            state = engine.advance(step, variables, state, fixed, 1)
+            state["mark"] = off
+            if not bool(backend.to_numpy(ops.any(state["active"]))):
+                break
+    return state

@@ -24,11 +24,16 @@ def bim(
 ):
     """Basic Iterative Method (iterative FGSM): `steps` steps of size `eps_step`, no random start.
 
-    Each step moves `eps_step` along sign(g) (Linf) or g / ||g||_2 per sample (L2; a zero gradient gives
-    a zero step), projects the perturbation onto the eps-ball around the CLEAN input (Linf: clip each
-    coordinate to [-eps, eps]; L2: scale the whole per-sample perturbation down to norm eps) and clips
-    to `clip_values`. BIM is PGD without random start. Each step is one compiled gradient call for all
-    ensemble members; the step loop runs in Python (faster on CPU than a fused loop, see
+    Each step moves `eps_step` along sign(g) (Linf), g / ||g||_2 (L2) or g / ||g||_1 (L1) per sample (a
+    zero gradient gives a zero step), projects the perturbation onto the eps-ball around the CLEAN input
+    (Linf: clip each coordinate to [-eps, eps]; L2: scale the whole per-sample perturbation down to norm
+    eps) and clips to `clip_values`. L1 instead projects exactly onto the L1-ball intersected with the
+    box (Croce & Hein 2021, Lemma 3.1: soft-thresholding clipped to the box), the closest point that
+    is inside both; a rescaling followed by a clip is not (foolbox rescales; this is its step with
+    AutoAttack's projection). For sparse L1 attacks prefer `gradkit.apgd(norm=1)`.
+
+    BIM is PGD without random start. Each step is one compiled gradient call for all ensemble members;
+    the step loop runs in Python (faster on CPU than a fused loop, see
     `gradkit.attacks`).
 
     Args:
@@ -60,6 +65,8 @@ def bim(
     References:
         Kurakin, Goodfellow & Bengio (2017), "Adversarial examples in the physical world", ICLR
         workshop, https://arxiv.org/abs/1607.02533
+        Croce & Hein (2021), "Mind the box: l1-APGD for sparse adversarial attacks on image classifiers",
+        ICML, https://arxiv.org/abs/2103.01208 (the L1-ball and box projection, Lemma 3.1)
 
     Example:
         >>> x_adv = gradkit.bim(model, x, y, eps=0.1, eps_step=0.01, steps=20)  # doctest: +SKIP

@@ -22,7 +22,9 @@ def fgsm(
 
     FGSM is one BIM step with `eps_step = eps` and no random start, so it equals
     `bim(model, x, y, eps=eps, eps_step=eps, steps=1, ...)`. With `norm=2` the step is
-    `eps * g / ||g||_2` per sample (the fast gradient method); a zero gradient gives a zero step.
+    `eps * g / ||g||_2` per sample (the fast gradient method); with `norm=1` it is
+    `eps * g / ||g||_1` (foolbox's and ART's L1 step), then the exact projection onto the L1-ball and
+    the box (see `gradkit.bim`); a zero gradient gives a zero step.
 
     Args:
         model: a built Keras classifier, a `gradkit.WeightedEnsemble` (its gradient is
@@ -36,7 +38,7 @@ def fgsm(
             weighted hard vote), which avoids label leaking (Kurakin et al. 2017).
         eps: size of the perturbation, a finite float >= 0 in input units; `eps=0` returns a copy of
             `x`.
-        norm: `np.inf` (or "inf", "linf"; default) or `2` (or "l2").
+        norm: `np.inf` (or "inf", "linf"; default), `2` (or "l2") or `1` (or "l1").
         clip_values: None (default, no clipping) or `(min, max)` floats: the valid input range; `x`
             must lie inside it and the result is clipped to it.
         targeted: False (default) increases the loss of `y`; True decreases it (moves towards `y`).

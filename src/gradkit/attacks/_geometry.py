@@ -1,11 +1,17 @@
-"""Geometry of the Linf and L2 threat models: steepest-ascent directions, projection onto the eps-ball
-around the clean input, clipping to the valid range, and uniform random starts.
+"""Geometry of the Linf, L2 and L1 threat models: ascent directions, projection onto the eps-ball around
+the clean input, clipping to the valid range, and uniform random starts.
 
 Every function works on one numpy array (one input of the model) with the batch on axis 0; norms are
 per sample. The projection is done before the clipping (as foolbox does); both keep every coordinate
 between x0 and the proposed point, so the result lies in the ball and in the box. The `*_tensor`
 functions are the same rules in `keras.ops` on backend tensors, for the steps compiled whole
 (`_engine.py`): the state of an attack stays on the device between steps.
+
+L1: the direction is `g / ||g||_1` per sample (foolbox's and ART's L1 gradient step), and the
+projection is the exact Euclidean projection onto the L1-ball intersected with the box
+(`_l1_box.project_l1_box`, Croce & Hein 2021), not a rescaling followed by a clip: a rescaled point
+clipped to the box can end far from the closest point of the ball and box, and a clip after the
+projection onto the ball alone keeps the result inside both but not closest.
 """
 
 import math
@@ -14,6 +20,7 @@ import numpy as np
 from keras import ops
 
 from gradkit import _checks
+from gradkit.attacks import _l1_box
 
 TINY = 1e-12  # floor of a norm before dividing by it (a zero gradient then gives a zero step)
 
@@ -46,16 +53,35 @@ def per_sample_norm(a):
     return norms.reshape((-1,) + (1,) * (a.ndim - 1))
 
 
+def per_sample_l1(a):
+    """Per-sample L1 norms of `a`, shaped to broadcast against it."""
+    return np.sum(np.abs(a.reshape(len(a), -1)), axis=1).reshape((-1,) + (1,) * (a.ndim - 1))
+
+
 def direction(g, norm):
-    """Steepest-ascent direction of unit norm: sign(g) for Linf, g / ||g||_2 per sample for L2."""
+    """Ascent direction of unit norm: sign(g) for Linf, g / ||g||_2 (L2) or g / ||g||_1 (L1) per sample."""
     if norm == np.inf:
         return np.sign(g)
-    return g / np.maximum(per_sample_norm(g), TINY)
+    return g / np.maximum(per_sample_l1(g) if norm == 1 else per_sample_norm(g), TINY)
+
+
+def _project_l1(x, x0, eps, clip_values):
+    """`project_and_clip` for L1: the exact projection onto the L1-ball and the box (`_l1_box`)."""
+    lo = hi = None
+    if clip_values is not None:
+        lo, hi = x0.dtype.type(clip_values[0]) - x0, x0.dtype.type(clip_values[1]) - x0
+    delta = _l1_box.project_l1_box_host(x - x0, eps, lo, hi)
+    x = x0 + delta.astype(x0.dtype)
+    if clip_values is not None:  # the rounding of x0 + delta
+        x = np.clip(x, x0.dtype.type(clip_values[0]), x0.dtype.type(clip_values[1]))
+    return x
 
 
 def project_and_clip(x, x0, eps, norm, clip_values):
     """Projects x onto the eps-ball around the clean x0, then clips to `clip_values` (up to the rounding
     of `x0 + delta`, which `inside` undoes on the examples an attack returns)."""
+    if norm == 1:
+        return _project_l1(x, x0, eps, clip_values)
     e = x0.dtype.type(eps)
     delta = x - x0
     if norm == np.inf:
@@ -71,8 +97,8 @@ def project_and_clip(x, x0, eps, norm, clip_values):
 def inside(x, x0, eps, norm):
     """`x` with the rounding of `x0 + delta` undone where it left the ball: `x0 + float32(0.1)` can lie
     0.10000002 from `x0`. Linf: the coordinates whose exact distance to `x0` exceeds eps are moved one
-    float step at a time towards `x0`; L2: the rows whose norm (in float64) exceeds eps are scaled into
-    the ball. Afterwards `|x - x0| <= eps` holds in `x`'s dtype and in float64."""
+    float step at a time towards `x0`; L2 and L1: the rows whose norm (in float64) exceeds eps are
+    scaled into the ball. Afterwards `|x - x0| <= eps` holds in `x`'s dtype and in float64."""
     if norm == np.inf:
         limit = x.dtype.type(eps)  # the largest value of x's dtype that is <= eps
         limit = np.nextafter(limit, x.dtype.type(0)) if float(limit) > eps else limit
@@ -92,7 +118,7 @@ def inside(x, x0, eps, norm):
         return x
     for shrink in (1 - 1e-7, 1 - 1e-6, 1 - 1e-5):
         delta = x.astype(np.float64) - x0.astype(np.float64)
-        norms = per_sample_norm(delta)
+        norms = per_sample_l1(delta) if norm == 1 else per_sample_norm(delta)
         if not (norms > eps).any():
             return x
         scaled = (x0 + (delta * (eps * shrink / np.maximum(norms, TINY))).astype(x.dtype)).astype(x.dtype)
@@ -102,10 +128,16 @@ def inside(x, x0, eps, norm):
 
 def random_start(x0, eps, norm, rng):
     """A point drawn uniformly from the eps-ball around x0: Linf uniform per coordinate; L2 a gaussian
-    direction with radius eps * u^(1/d), d the number of features (Voelker et al. 2017)."""
+    direction with radius eps * u^(1/d), d the number of features (Voelker et al. 2017); L1 the first d
+    of d + 1 exponential draws divided by their sum, with random signs (uniform in the ball: Barthe,
+    Guedon, Mendelson & Naor 2005)."""
     n, d = len(x0), int(np.prod(x0.shape[1:]))
     if norm == np.inf:
         delta = rng.uniform(-eps, eps, size=x0.shape)
+    elif norm == 1:
+        e = rng.exponential(size=(n, d + 1))
+        signs = np.where(rng.uniform(size=(n, d)) < 0.5, -1.0, 1.0)
+        delta = (eps * signs * e[:, :d] / e.sum(axis=1, keepdims=True)).reshape(x0.shape)
     else:
         u = rng.standard_normal((n, d))
         u /= np.maximum(np.linalg.norm(u, axis=1, keepdims=True), TINY)
@@ -120,9 +152,11 @@ def per_sample_norm_tensor(a):
 
 
 def direction_tensor(g, norm):
-    """`direction` on a backend tensor: sign(g) for Linf, g / ||g||_2 per sample for L2."""
+    """`direction` on a backend tensor: sign(g) for Linf, g / ||g||_2 (L2) or g / ||g||_1 (L1) per sample."""
     if norm == np.inf:
         return ops.sign(g)
+    if norm == 1:
+        return g / ops.maximum(ops.reshape(_l1_box.l1_norm(g), (-1,) + (1,) * (len(g.shape) - 1)), TINY)
     return g / ops.maximum(per_sample_norm_tensor(g), TINY)
 
 
@@ -131,11 +165,24 @@ def project_and_clip_tensor(x, x0, eps, norm, bounds):
     tensors (arguments of the compiled step, so that another eps or range reuses its trace)."""
     eps = ops.cast(eps, x.dtype)
     delta = x - x0
+    if norm == 1:
+        return l1_tensor(x, x0, eps, bounds)
     if norm == np.inf:
         delta = ops.clip(delta, -eps, eps)
     else:
         delta = delta * ops.minimum(1.0, eps / ops.maximum(per_sample_norm_tensor(delta), TINY))
     x = x0 + delta
     if bounds is not None:
+        x = ops.clip(x, ops.cast(bounds[0], x.dtype), ops.cast(bounds[1], x.dtype))
+    return x
+
+
+def l1_tensor(x, x0, eps, bounds):
+    """`project_and_clip_tensor` for L1: the exact projection onto the L1-ball and the box."""
+    lo = hi = None
+    if bounds is not None:
+        lo, hi = ops.cast(bounds[0], x.dtype) - x0, ops.cast(bounds[1], x.dtype) - x0
+    x = x0 + _l1_box.project_l1_box(x - x0, eps, lo, hi)
+    if bounds is not None:  # the rounding of x0 + delta
         x = ops.clip(x, ops.cast(bounds[0], x.dtype), ops.cast(bounds[1], x.dtype))
     return x

@@ -33,8 +33,9 @@ def _check(eps, eps_step, steps, norm, clip_values, targeted, random_start, seed
         eps_step, steps = eps, 1
     else:
         eps_step, steps = _checks.check_eps_step(eps_step), _checks.check_steps(steps)
+    norm = _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS)
     return dict(
-        eps=eps, eps_step=eps_step, steps=steps, norm=_checks.check_norm(norm),
+        eps=eps, eps_step=eps_step, steps=steps, norm=norm,
         clip_values=_checks.check_clip_values(clip_values), targeted=_checks.check_flag(targeted, "targeted"),
         random_start=_checks.check_flag(random_start, "random_start"), seed=_checks.check_seed(seed),
         keep=_checks.check_choice(keep, "keep", KEEP), batch_size=_checks.check_batch_size(batch_size),

@@ -29,7 +29,8 @@ def pgd(
     The random start is drawn with `numpy.random.RandomState(seed)`, so a seeded run repeats exactly on
     every backend: Linf draws each coordinate uniformly in [-eps, eps]; L2 draws uniformly in the ball
     (a gaussian direction with radius eps * u^(1/d), u uniform in [0, 1), d the number of features of
-    the input). The start is clipped to `clip_values`. Then `steps` BIM steps follow (see
+    the input); L1 draws uniformly in the ball (d of d + 1 exponential draws over their sum, random
+    signs; Barthe et al. 2005). The start is clipped to `clip_values`. Then `steps` BIM steps follow (see
     `gradkit.bim`); with `random_start=False` PGD equals BIM exactly.
 
     Args:

@@ -30,8 +30,8 @@ class Session:
     """
 
     def __init__(self, model, x, y, *, eps, norm, clip_values, batch_size, output, loss, objective,
-                 targeted=False, temperature=1.0):  # fmt: skip
-        self.eps, self.norm = _checks.check_eps(eps), _checks.check_norm(norm)
+                 targeted=False, temperature=1.0, norms=(np.inf, 2)):  # fmt: skip
+        self.eps, self.norm = _checks.check_eps(eps), _checks.check_norm(norm, allowed=norms)
         self.clip_values = _checks.check_clip_values(clip_values)
         batch_size = _checks.check_batch_size(batch_size)
         self.targeted = _checks.check_flag(targeted, "targeted")

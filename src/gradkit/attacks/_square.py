@@ -22,7 +22,17 @@ import numpy as np
 from gradkit import _checks
 from gradkit.attacks import _geometry as geometry
 from gradkit.attacks._apgd import succeeded
-from gradkit.attacks._square_proposals import l2_init, l2_proposal, linf_ends, linf_init, linf_proposal
+from gradkit.attacks._square_proposals import (
+    l1_init,
+    l1_proposal,
+    l2_init,
+    l2_proposal,
+    linf_ends,
+    linf_init,
+    linf_proposal,
+)
+
+_PROPOSALS = {np.inf: (linf_init, linf_proposal), 2.0: (l2_init, l2_proposal), 1.0: (l1_init, l1_proposal)}
 
 _HALVINGS = (10, 50, 200, 500, 1000, 2000, 4000, 6000, 8000)  # of a 10000-query budget
 
@@ -79,14 +89,15 @@ def _query(forward, x, shape, labels, targets):
 
 def square_core(forward, x0, labels, *, eps, norm, n_queries, p_init, clip_values, rng, targets=None,
                 bind=None):  # fmt: skip
-    """The Square Attack (Andriushchenko et al. 2020), Linf (Algorithm 1) or L2 (Algorithm 3).
+    """The Square Attack (Andriushchenko et al. 2020), Linf (Algorithm 1), L2 (Algorithm 3) or L1
+    (AutoAttack's Square-L1).
 
     Args:
         forward: callable `(x, labels, targets) -> (values, predictions)` on a subset of rows `(m, ...)`;
             `values` float64 `(m,)`, the margin loss to maximize; `predictions` int `(m,)`, the decision.
         x0: clean inputs, float32 `(n, h, w, c)` channels-last (other shapes: see the module docstring).
         labels: int `(n,)`. targets: None or int `(n,)` (then success means the decision equals it).
-        eps: radius, >= 0. norm: `np.inf` or `2`. n_queries: the `forward` budget per sample, >= 1,
+        eps: radius, >= 0. norm: `np.inf`, `2` or `1`. n_queries: the `forward` budget per sample, >= 1,
             the start included. p_init: initial fraction of pixels changed, in (0, 1].
         clip_values: None or `(min, max)`. rng: a `np.random.Generator` (or a seed).
         bind: None, or `bind(labels, targets) -> forward_on_x` giving `forward` bound to fixed rows
@@ -99,7 +110,7 @@ def square_core(forward, x0, labels, *, eps, norm, n_queries, p_init, clip_value
     Raises:
         ValueError / TypeError: for a bad `eps`, `norm`, `n_queries`, `p_init` or `clip_values`.
     """
-    eps, norm = _checks.check_eps(eps), _checks.check_norm(norm)
+    eps, norm = _checks.check_eps(eps), _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS)
     n_queries = _checks.check_int(n_queries, "n_queries", minimum=1)
     p_init = _checks.check_real(p_init, "p_init", minimum=0, strict=True, maximum=1)
     clip_values = _checks.check_clip_values(clip_values)
@@ -107,7 +118,7 @@ def square_core(forward, x0, labels, *, eps, norm, n_queries, p_init, clip_value
     bind = bind or (lambda labels, targets: lambda x: forward(x, labels, targets))
     labels, targets = np.asarray(labels), None if targets is None else np.asarray(targets)
     img0 = as_image(x0)
-    init, propose = (linf_init, linf_proposal) if norm == np.inf else (l2_init, l2_proposal)
+    init, propose = _PROPOSALS[norm]
     best = geometry.project_and_clip(init(img0, eps, rng), img0, eps, norm, clip_values)
     best_values, success = _query(bind(labels, targets), best, x0.shape, labels, targets)
     used = np.ones(len(x0), dtype=np.int64)

@@ -1,4 +1,4 @@
-"""`gradkit.square`: the Square Attack, score-based (forward passes only), Linf and L2."""
+"""`gradkit.square`: the Square Attack, score-based (forward passes only), Linf, L2 and L1."""
 
 import numpy as np
 
@@ -17,7 +17,8 @@ def square_run(model, x, y=None, *, eps, norm=np.inf, n_queries=5000, p_init=0.8
     if _checks.check_flag(targeted, "targeted") and y is None:  # the predictions would be "fooled" at once
         raise ValueError("`y` (the target classes) is required when targeted=True. Received: y=None")
     session = Session(model, x, y, eps=eps, norm=norm, clip_values=clip_values, batch_size=batch_size,
-                      output=output, loss="margin", objective=objective, targeted=targeted)  # fmt: skip
+                      output=output, loss="margin", objective=objective, targeted=targeted,
+                      norms=_checks.GRADIENT_NORMS)  # fmt: skip
     if session.eps == 0:
         x_adv = session.x0.copy()
         return x_adv, session.predict(x_adv) != session.labels, session
@@ -47,7 +48,8 @@ def square(model, x, y=None, *, eps, norm=np.inf, n_queries=5000, p_init=0.8, ta
         x: float32 `(n, *input_shape)` inside `clip_values`.
         y: class ids `(n,)` or one-hot: the true labels, or the targets when `targeted` (then required).
             Defaults to the model's predictions.
-        eps: radius, float >= 0 (input units). norm: `np.inf` (default) or `2`.
+        eps: radius, float >= 0 (input units). norm: `np.inf` (default), `2` or `1` (L1: AutoAttack's
+            Square-L1, L1 bumps `1/(k+1)^4` and the exact projection onto the L1-ball and the box).
         n_queries: forward passes per sample, the start included, int >= 1. Defaults to 5000.
         p_init: initial fraction of the input changed per query, in (0, 1]. Defaults to 0.8.
         targeted: False (default) or True (pull towards the classes `y`).
@@ -66,6 +68,9 @@ def square(model, x, y=None, *, eps, norm=np.inf, n_queries=5000, p_init=0.8, ta
     References:
         Andriushchenko, Croce, Flammarion & Hein (2020), "Square Attack: a query-efficient black-box
         adversarial attack via random search", ECCV, https://arxiv.org/abs/1912.00049
+        Croce & Hein (2021), "Mind the box: l1-APGD for sparse adversarial attacks on image classifiers",
+        ICML, https://arxiv.org/abs/2103.01208 (the L1 projection; Square-L1: fra31/auto-attack
+        `autoattack/square.py`)
     """
     return square_run(
         model, x, y, eps=eps, norm=norm, n_queries=n_queries, p_init=p_init, targeted=targeted,

@@ -6,7 +6,10 @@
 - L2 (Algorithm 3): start from a grid of tiles carrying the "pseudo-Gaussian" bumps `eta` with random
   signs per (tile, channel), scaled to the eps-sphere; a proposal moves the perturbation mass of a second
   window into the first, adds a bump there, and rescales the whole perturbation to norm eps.
-- Window side `s = round(sqrt(p * h * w))` (L2: at least 3 and odd), cut to the image.
+- L1 (AutoAttack's `square.py` L1 branch, Croce & Hein 2021): the L2 scheme with bumps weighted
+  `1/(k+1)^4` of unit L1 norm; the start and each proposal are projected exactly onto the L1-ball and
+  the box (`_l1_box`) instead of rescaled.
+- Window side `s = round(sqrt(p * h * w))` (L2, L1: at least 3 and odd), cut to the image.
 
 Windows are drawn per sample (the authors' L2 code draws one window for the whole batch). Images are
 `(n, h, w, c)` channels-last (`_square.as_image`).
@@ -24,23 +27,24 @@ from gradkit.attacks import _geometry as geometry
 _REDRAWS = 8  # Linf: sign redraws when a proposal leaves the window unchanged
 
 
-def _bumps(a, b):
-    """Concentric rectangles `(a, b)` weighted `sum_{k >= d} 1/(k+1)^2`, d the Chebyshev distance to the
-    centre `(a // 2, b // 2)`; unit L2 norm (zeros when a side is 0)."""
+def _bumps(a, b, norm=2):
+    """Concentric rectangles `(a, b)` weighted `sum_{k >= d} 1/(k+1)^2` (L1: `^4`), d the Chebyshev
+    distance to the centre `(a // 2, b // 2)`; unit L2 (L1) norm (zeros when a side is 0)."""
     if a == 0 or b == 0:
         return np.zeros((a, b))
     dist = np.maximum(np.abs(np.arange(a) - a // 2)[:, None], np.abs(np.arange(b) - b // 2)[None, :])
-    weights = 1.0 / (np.arange(max(a, b) // 2 + 1) + 1.0) ** 2
+    weights = 1.0 / (np.arange(max(a, b) // 2 + 1) + 1.0) ** (4 if norm == 1 else 2)
     out = np.cumsum(weights[::-1])[::-1][dist]
-    return out / np.linalg.norm(out)
+    return out / np.linalg.norm(out.ravel(), ord=norm)
 
 
-def eta(a, b):
-    """The L2 update pattern `(a, b)`: a bump and its negative side by side along the longer side."""
+def eta(a, b, norm=2):
+    """The update pattern `(a, b)`: a bump and its negative side by side along the longer side, of unit
+    L2 norm (L1 with `norm=1`)."""
     if a < b:
-        return eta(b, a).T
-    out = np.concatenate([_bumps(a // 2, b), -_bumps(a - a // 2, b)], axis=0)
-    return out / np.linalg.norm(out)
+        return eta(b, a, norm).T
+    out = np.concatenate([_bumps(a // 2, b, norm), -_bumps(a - a // 2, b, norm)], axis=0)
+    return out / np.linalg.norm(out.ravel(), ord=norm)
 
 
 def _window(p, h, w, minimum=1, odd=False):
@@ -85,17 +89,21 @@ def linf_init(x0, eps, rng):
     return x0 + (eps * _signs(rng, (n, 1, w, c))).astype(x0.dtype)
 
 
-def l2_init(x0, eps, rng):
-    """Tiles of side `min(h, w) // 5` carrying `eta` with random signs per (sample, tile, channel)."""
+def l2_init(x0, eps, rng, norm=2):
+    """Tiles of side `min(h, w) // 5` carrying `eta` with random signs per (sample, tile, channel),
+    scaled to the L2 eps-sphere (L1, `norm=1`: the L1 patterns, each tile of unit L1 norm, left for the
+    caller's projection onto the L1-ball and the box, as AutoAttack's L1 start)."""
     n, h, w, c = x0.shape
     s = max(min(h, w) // 5, 1)
     nh, nw = h // s, w // s
-    tiles = np.stack([eta(s, s), eta(s, s).T])[rng.integers(0, 2, size=(nh, nw))]  # (nh, nw, s, s)
+    tiles = np.stack([eta(s, s, norm), eta(s, s, norm).T])[rng.integers(0, 2, size=(nh, nw))]
     grid = tiles.transpose(0, 2, 1, 3).reshape(nh * s, nw * s)
     signs = np.repeat(np.repeat(_signs(rng, (n, nh, nw, c)), s, axis=1), s, axis=2)
     delta = np.zeros(x0.shape)
     oh, ow = (h - nh * s) // 2, (w - nw * s) // 2
     delta[:, oh : oh + nh * s, ow : ow + nw * s] = grid[None, :, :, None] * signs
+    if norm == 1:
+        return x0 + delta.astype(x0.dtype)
     return x0 + (eps * delta / np.maximum(geometry.per_sample_norm(delta), geometry.TINY)).astype(x0.dtype)
 
 
@@ -160,3 +168,27 @@ def l2_proposal(x_best, x0, eps, p, rng, clip_values):
     delta = np.where(mask1, new, np.where(mask2, 0.0, delta))
     delta = eps * delta / np.maximum(geometry.per_sample_norm(delta), geometry.TINY)
     return geometry.project_and_clip(x0 + delta.astype(x0.dtype), x0, eps, 2.0, clip_values)
+
+
+def l1_init(x0, eps, rng):
+    """AutoAttack's L1 start: `l2_init`'s grid with the L1 patterns (projected by the caller)."""
+    return l2_init(x0, eps, rng, norm=1)
+
+
+def l1_proposal(x_best, x0, eps, p, rng, clip_values):
+    """AutoAttack's L1 update: window 1 gets an L1 bump plus its old content (unit L1 norm per channel),
+    scaled to the budget left plus the mass of both windows; window 2 is emptied; then the exact
+    projection onto the L1-ball and the box."""
+    n, h, w, c = x0.shape
+    sh, sw = _window(p, h, w, minimum=3, odd=True)
+    patterns = np.stack([eta(sh, sw, 1), eta(sh, sw, 1).T]) if sh == sw else eta(sh, sw, 1)[None]
+    mask1, bump = _place(patterns, n, h, w, sh, sw, rng)
+    mask2, _ = _place(patterns, n, h, w, sh, sw, rng)
+    delta = (x_best - x0).astype(np.float64)
+    norm_w1 = np.sum(np.abs(delta * mask1), axis=(1, 2), keepdims=True)  # (n, 1, 1, c)
+    norm_both = np.sum(np.abs(delta * (mask1 | mask2)), axis=(1, 2), keepdims=True)
+    room = np.maximum(eps - np.sum(np.abs(delta), axis=(1, 2, 3), keepdims=True), 0.0) / c
+    new = bump * _signs(rng, (n, 1, 1, c)) + delta * mask1 / (1e-12 + norm_w1)
+    new = new / (1e-12 + np.sum(np.abs(new), axis=(1, 2), keepdims=True)) * (room + norm_both) * c
+    delta = np.where(mask1, new, np.where(mask2, 0.0, delta))
+    return geometry.project_and_clip(x0 + delta.astype(x0.dtype), x0, eps, 1.0, clip_values)

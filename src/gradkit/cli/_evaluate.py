@@ -58,7 +58,7 @@ def add_parser(commands):
     add("model", metavar="MODEL", help="a .keras file, a saved boosted model folder, or weights (--model-fn)")
     add("data", metavar="DATA", help="a .npz (x_test, y_test or x, y) or a study data set name")
     add("--eps", type=_eps, required=True, help="comma-separated eps >= 0 in input units (8/255 allowed)")
-    add("--norm", choices=["linf", "l2"], default="linf", help="the threat model (default: linf)")
+    add("--norm", choices=["linf", "l2", "l1"], default="linf", help="the threat model (default: linf)")
     add("--version", dest="suite", choices=["standard"], default="standard", help="AutoAttack version")
     add("--attacks", type=word_list, help="comma-separated attacks instead of the version's (apgd-ce, ...)")
     add("--n-points", type=int, help="evaluate the first N points only (default: all)")

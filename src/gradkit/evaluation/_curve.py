@@ -170,7 +170,7 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
     custom = None  # a callable's examples are judged as `evaluate` judges them (single-input models)
     if callable(attack) and isinstance(x0, np.ndarray):
         custom = Entry(getattr(fn, "__name__", type(fn).__name__), fn=fn)
-        norm = _checks.check_norm(attack_kwargs.get("norm", np.inf))
+        norm = _checks.check_norm(attack_kwargs.get("norm", np.inf), allowed=_checks.GRADIENT_NORMS)
         clip_values = _checks.check_clip_values(attack_kwargs.get("clip_values"))
 
     zero_fraction = _zero_fraction(grad, x0, labels, n)

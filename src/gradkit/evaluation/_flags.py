@@ -186,7 +186,7 @@ def _unbounded(evaluation):
         return False
     span = evaluation.clip_values[1] - evaluation.clip_values[0]
     d = int(np.prod(np.shape(evaluation.x_adv)[1:]))
-    return evaluation.eps >= (span if evaluation.norm == np.inf else span * np.sqrt(d))
+    return evaluation.eps >= span * d ** (1 / evaluation.norm)  # the box's diameter in that norm
 
 
 def check_curve(evaluations):

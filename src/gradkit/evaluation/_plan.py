@@ -3,7 +3,8 @@
 An attack entry is a registry name (`gradkit.attacks.NAMES`), optionally with an ensemble objective
 after a slash ("apgd-ce/vote_margin"), or a callable `fn(model, x, y, eps=eps) -> x_adv`. "standard"
 expands to AutoAttack's standard version: APGD-CE, APGD-T, Square; on an ensemble or boosted model each
-gradient attack runs once per objective in `ENSEMBLE_OBJECTIVES`.
+gradient attack runs once per objective in `ENSEMBLE_OBJECTIVES`. Under L1 (norm=1) the APGD attacks
+take AutoAttack's L1 settings (`L1_OPTIONS`); Square runs its L1 version.
 """
 
 import dataclasses
@@ -21,6 +22,13 @@ ITERATIVE = ("apgd-ce", "apgd-dlr", "apgd-t", "pgd", "bim")
 OBJECTIVES = ("loss_sum", "logit_mean", "prob_mean", "vote_margin")
 ENSEMBLE_OBJECTIVES = ("loss_sum", "vote_margin")
 _MIN_CLASSES = {"apgd-dlr": 3, "apgd-t": 4}  # the DLR loss divides by gaps between sorted logits
+# AutoAttack's L1 standard version (autoattack.py, set_version): the decreasing-eps schedule, 5 restarts
+# of APGD-CE, 5 target classes of APGD-T (Croce & Hein 2021, sec. 3.2 and 4)
+L1_OPTIONS = {
+    "apgd-ce": {"use_largereps": True, "n_restarts": 5},
+    "apgd-dlr": {"use_largereps": True},
+    "apgd-t": {"use_largereps": True, "n_target_classes": 5},
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,7 +158,7 @@ def check_config(
     _check_classes(entries, classes)
     return Config(
         eps=_checks.check_eps(eps),
-        norm=_checks.check_norm(norm),
+        norm=_checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS),
         clip_values=_checks.check_clip_values(clip_values),
         batch_size=_checks.check_batch_size(batch_size),
         seed=_checks.check_seed(seed),
@@ -162,8 +170,9 @@ def check_config(
 
 
 def options(entry, config):
-    """Keyword options of `gradkit.attacks.run_attack` for a registry `entry`."""
-    opts = {}
+    """Keyword options of `gradkit.attacks.run_attack` for a registry `entry` (under L1 with AutoAttack's
+    L1 settings, `L1_OPTIONS`)."""
+    opts = dict(L1_OPTIONS.get(entry.attack, {})) if config.norm == 1 else {}
     if entry.attack == "square":
         opts["n_queries"] = config.n_queries
     elif entry.attack != "fgsm":
@@ -188,7 +197,7 @@ def check_adversarial(entry, x_rows, x_adv, config):
             f"Received: shape {x_adv.shape}"
         )
     delta = (x_adv - x_rows).reshape(len(x_rows), -1).astype(np.float64)
-    size = np.abs(delta).max(axis=1) if config.norm == np.inf else np.linalg.norm(delta, axis=1)
+    size = np.linalg.norm(delta, ord=config.norm, axis=1)
     lo, hi = config.clip_values or (-np.inf, np.inf)
     if np.any(size > config.eps * (1 + 1e-5) + 1e-6) or x_adv.min() < lo - 1e-6 or x_adv.max() > hi + 1e-6:
         raise ValueError(

@@ -4,6 +4,7 @@ import dataclasses
 
 import numpy as np
 
+from gradkit import _checks
 from gradkit.evaluation import _flags
 from gradkit.evaluation._stats import METHOD, wilson_interval
 
@@ -28,7 +29,7 @@ class Evaluation:
         n_gradients: int, rows evaluated with an input gradient.
         seconds: float, wall time, summed over resumed runs.
         flags: list of dicts {"name", "message", "reference"}: signs of attack failure.
-        eps: float, the perturbation budget; norm: `np.inf` or 2.0.
+        eps: float, the perturbation budget; norm: `np.inf`, 2.0 or 1.0.
         attacks: list of the attack names, in cascade order.
         backend: str, the Keras backend that ran it.
         clip_values: `(min, max)` floats or None, the input range.
@@ -62,11 +63,11 @@ class Evaluation:
         return wilson_interval(int(np.sum(self.robust)), len(self.robust))
 
     def to_dict(self):
-        """A JSON-able dict of all but `x_adv`: norm as "linf" or "l2", `robust` as a list of bools, and
+        """A JSON-able dict of all but `x_adv`: norm as "linf", "l2" or "l1", `robust` as a list of bools, and
         "interval" ([low, high], the 95% Wilson interval of `robust_accuracy`)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "x_adv"}
         out["robust"] = [bool(r) for r in self.robust]
-        out["norm"] = "linf" if self.norm == np.inf else "l2"
+        out["norm"] = _checks.norm_name(self.norm)
         out["clip_values"] = None if self.clip_values is None else list(self.clip_values)
         out["per_attack"] = {k: dict(v) for k, v in self.per_attack.items()}
         out["flags"] = [dict(f) for f in self.flags]
@@ -77,7 +78,7 @@ class Evaluation:
         """The result as a text table: one row per attack (points attacked, its accuracy on them, robust
         accuracy after it), then the totals and the flags."""
         n = len(self.robust)
-        norm = "Linf" if self.norm == np.inf else "L2"
+        norm = _checks.norm_name(self.norm).capitalize()
         lines = [
             f"Evaluation ({self.backend}): {n} points, eps={self.eps:g} ({norm})",
             f"{'attack':<28}{'points':>8}{'accuracy':>10}{'robust':>9}{'seconds':>9}",
@@ -103,7 +104,7 @@ class Evaluation:
         return self.summary()
 
     def __repr__(self):
-        norm = "inf" if self.norm == np.inf else 2
+        norm = "inf" if self.norm == np.inf else int(self.norm)
         return (
             f"Evaluation(robust_accuracy={self.robust_accuracy:.4f}, "
             f"clean_accuracy={self.clean_accuracy:.4f}, eps={self.eps:g}, norm={norm}, "

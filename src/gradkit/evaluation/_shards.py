@@ -45,8 +45,9 @@ class Shard:
     def evaluations(self):
         """One `Evaluation` per eps (ascending), with its flags; `x_adv` as held (None after JSON)."""
         entries = _plan.plan(list(self.settings["attacks"]), bool(self.weights))
+        norm = _checks.check_norm(self.settings["norm"], allowed=_checks.GRADIENT_NORMS)
         config = _plan.Config(
-            eps=0.0, norm=_checks.check_norm(self.settings["norm"]), entries=entries,
+            eps=0.0, norm=norm, entries=entries,
             clip_values=None if self.settings["clip_values"] is None else tuple(self.settings["clip_values"]),
             batch_size=self.settings["batch_size"], seed=self.settings["seed"],
             n_queries=self.settings["n_queries"], steps=self.settings["steps"], verbose=0,

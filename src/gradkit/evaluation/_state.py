@@ -82,7 +82,7 @@ def fingerprint(model, x, labels, config):
         "x": digest(x),
         "y": digest(labels),
         "eps": config.eps,
-        "norm": "linf" if config.norm == np.inf else "l2",
+        "norm": _checks.norm_name(config.norm),
         "attacks": names,
         "seed": config.seed,
         "steps": config.steps,

@@ -42,12 +42,18 @@ def evaluate(
     once with "vote_margin" ("apgd-ce/loss_sum", "apgd-ce/vote_margin", ...). A model of fewer than 4
     classes skips APGD-T (its loss needs 4).
 
+    The threat model follows `norm`:
+    | norm | "standard" runs | settings (AutoAttack's for that norm) |
+    |---|---|---|
+    | Linf, L2 | APGD-CE, APGD-T, Square | APGD-CE 1 restart; APGD-T 9 targets |
+    | L1 | APGD-CE, APGD-T, Square | APGD-L1 with `use_largereps`; APGD-CE 5 restarts; APGD-T 5 targets |
+
     Args:
         model: a Keras classifier, a `gradkit.WeightedEnsemble` or a fitted boosting estimator.
         x: float array `(n, ...)`, one input array.
         y: int class ids `(n,)` (or one-hot `(n, C)`) in [0, C).
         eps: float >= 0, the perturbation budget in `norm`.
-        norm: `np.inf` (or "inf", "linf") or 2 (or "l2"). Defaults to `np.inf`.
+        norm: `np.inf` (or "inf", "linf"), 2 (or "l2") or 1 (or "l1"). Defaults to `np.inf`.
         attacks: "standard" (default), one attack name, or a list of names of `gradkit.attacks.NAMES`
             ("apgd-ce", "apgd-dlr", "apgd-t", "square", "pgd", "bim", "fgsm"), each optionally
             "name/objective" with an ensemble objective ("loss_sum", "logit_mean", "prob_mean",
@@ -81,6 +87,8 @@ def evaluate(
     References:
         Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
         parameter-free attacks", ICML, https://arxiv.org/abs/2003.01690
+        Croce & Hein (2021), "Mind the box: l1-APGD for sparse adversarial attacks on image classifiers",
+        ICML, https://arxiv.org/abs/2103.01208 (the L1 standard version: sec. 4)
     """
     x, labels, classes = _plan.check_data(model, x, y)
     config = _plan.check_config(
