@@ -110,12 +110,13 @@ def check_steps(steps, name="steps"):
     return check_int(steps, name, minimum=1)
 
 
-def check_norm(norm, name="norm", allowed=(np.inf, 2)):
+def check_norm(norm, name="norm", allowed=(np.inf, 2), *, attack=None):
     """`norm` in canonical form, if it is one of the `allowed` norms; ValueError otherwise.
 
     Spellings: np.inf / "inf" / "linf" -> np.inf; 2 / "l2" / "2" -> 2.0; 1 / "l1" / "1" -> 1.0; 0 / "l0" /
     "0" -> 0.0. `allowed` lists what the caller takes (each function states its own: APGD and PGD take
-    inf, 2 and 1; a minimum-norm attack may take 0 too). Defaults to (np.inf, 2).
+    inf, 2 and 1; a minimum-norm attack may take 0 too). Defaults to (np.inf, 2). `attack`, when given,
+    is named in the message ("... for FMN").
     """
     key = norm.lower() if isinstance(norm, str) else norm
     value = None
@@ -126,7 +127,8 @@ def check_norm(norm, name="norm", allowed=(np.inf, 2)):
     allowed = tuple(float(a) for a in allowed)
     if value is None or value not in allowed:
         spelled = " or ".join(_SPELLED[a] for a in sorted(allowed, reverse=True))
-        raise ValueError(f"`{name}` must be {spelled}. Received: {name}={norm!r}")
+        where = f" for {attack}" if attack else ""
+        raise ValueError(f"`{name}` must be {spelled}{where}. Received: {name}={norm!r}")
     return value
 
 
@@ -163,17 +165,3 @@ def check_numbers(values, name, *, minimum=None, allow_empty=False):
     if not values and not allow_empty:
         fail(name, "a non-empty list of finite numbers", values)
     return [check_real(v, f"{name}[{i}]", minimum=minimum) for i, v in enumerate(values)]
-
-
-_MIN_NORMS = {"inf": np.inf, "linf": np.inf, "l2": 2.0, "2": 2.0, "l1": 1.0, "1": 1.0, "l0": 0.0, "0": 0.0}
-
-
-def check_norm_of(norm, allowed, name="norm", *, attack):
-    """`norm` as a float among `allowed` (floats from 0, 1, 2, np.inf; "l0", "l1", "l2", "linf" spelled
-    too); ValueError naming `attack` otherwise."""
-    key = norm.lower() if isinstance(norm, str) else norm
-    value = _MIN_NORMS.get(key) if isinstance(key, str) else (float(key) if is_real(key) else None)
-    if value is None or value not in allowed:
-        names = ", ".join("np.inf" if a == np.inf else str(int(a)) for a in allowed)
-        raise ValueError(f"`{name}` must be one of {names} for {attack}. Received: {name}={norm!r}")
-    return value

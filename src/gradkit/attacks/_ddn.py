@@ -54,7 +54,7 @@ def ddn_run(model, x, y=None, *, steps=100, init_norm=1.0, gamma=0.05, targeted=
             batch_size=None, seed=0, output=None, norm=2, **options):  # fmt: skip
     """`gradkit.ddn` returning `(x_adv, found)`, found bool `(n,)`."""
     minimum.refuse_eps("ddn", options)
-    _checks.check_norm_of(norm, (2.0,), attack="DDN (an L2 attack; use gradkit.fmn for 0, 1, inf)")
+    _checks.check_norm(norm, allowed=(2.0,), attack="DDN (an L2 attack; use gradkit.fmn for 0, 1, inf)")
     steps = _checks.check_steps(steps)
     init_norm = _checks.check_real(init_norm, "init_norm", minimum=0, strict=True)
     gamma = _checks.check_real(gamma, "gamma", minimum=0, maximum=1)

@@ -56,7 +56,7 @@ def _update(objective, norm, clip, targeted):
 
 
 def _check(norm, steps, alpha_init, alpha_final, gamma_init, gamma_final, binary_search_steps, seed):
-    norm = _checks.check_norm_of(norm, NORMS, attack="FMN")
+    norm = _checks.check_norm(norm, allowed=NORMS, attack="FMN")
     steps = _checks.check_steps(steps)
     alpha_init = _checks.check_real(alpha_init, "alpha_init", minimum=0, strict=True)
     alpha_final = alpha_init / 100 if alpha_final is None else alpha_final

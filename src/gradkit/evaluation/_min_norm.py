@@ -46,7 +46,7 @@ def attack_for(name, norm):
     """The attack function `name` ("fmn", "ddn", "fab") after checking that it takes `norm`; FAB is
     looked up at call time (`gradkit.attacks.fab`)."""
     _checks.check_choice(name, "attacks", NAMES)
-    _checks.check_norm_of(norm, _NORMS[name], attack=name.upper())
+    _checks.check_norm(norm, allowed=_NORMS[name], attack=name.upper())
     fn = getattr(_attacks, name, None)
     if fn is None:
         raise ValueError(f"The attack {name!r} is unavailable in this version of gradkit "
@@ -68,7 +68,7 @@ def _check(attack_names, norm, options):
         attack_names = (attack_names,)
     if not attack_names:
         raise ValueError(f"`attacks` must name at least one attack. Received: attacks={attack_names!r}")
-    norm = _checks.check_norm_of(norm, (0.0, 1.0, 2.0, np.inf), attack="min_norm")
+    norm = _checks.check_norm(norm, allowed=(0.0, 1.0, 2.0, np.inf), attack="min_norm")
     return [(name, attack_for(name, norm)) for name in attack_names], norm
 
 
