@@ -101,15 +101,33 @@ needs_group = pytest.mark.skipif(
 )
 
 
-@pytest.mark.slow
-@needs_group
-def test_two_processes_equal_one(files, capsys):
+@pytest.fixture(scope="module")
+def one_process(files):
+    """The one-process samples.csv."""
     data = [str(files / "model.keras"), str(files / "test.npz")]
     assert cli.main(["evaluate", *data, *ARGS, "--out", str(files / "one")]) == 0
-    capsys.readouterr()
-    results = _launch(files, ["-m", "gradkit", "evaluate", *data, *ARGS, "--out", str(files / "two")])
+    return (files / "one" / "samples.csv").read_text()
+
+
+@pytest.mark.slow
+@needs_group
+@pytest.mark.parametrize("mesh", [False, True], ids=["shards", "mesh"])
+def test_two_processes_equal_one(files, one_process, mesh):
+    if mesh and BACKEND != "jax":
+        pytest.skip("a keras.distribution mesh over several processes: JAX only")
+    data = [str(files / "model.keras"), str(files / "test.npz")]
+    out = files / ("mesh" if mesh else "two")
+    command = ["-m", "gradkit", "evaluate", *data, *ARGS, "--out", str(out), *(["--mesh"] if mesh else [])]
+    results = _launch(files, command)
     assert all(code == 0 for code, _ in results), results
-    assert (files / "two" / "samples.csv").read_text() == (files / "one" / "samples.csv").read_text()
+    assert (out / "samples.csv").read_text() == one_process
+
+
+def test_mesh_needs_a_jax_process_group(files, capsys):
+    data = [str(files / "model.keras"), str(files / "test.npz")]
+    assert cli.main(["evaluate", *data, *ARGS, "--mesh", "--out", str(files / "no-mesh")]) == 2
+    assert "`--mesh` needs the jax backend in a jax.distributed group" in capsys.readouterr().err
+    assert not (files / "no-mesh").exists()
 
 
 @pytest.mark.slow
