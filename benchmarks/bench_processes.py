@@ -38,7 +38,8 @@ import numpy as np  # noqa: E402
 
 from common import machine  # noqa: E402
 
-STEPS, QUERIES, REPEATS = 20, 200, 2
+STEPS, QUERIES = 20, 200
+REPEATS = int(os.environ.get("BENCH_REPEATS", "2"))  # alternated runs per candidate
 ARGS = [
     "digits",
     "--n-points",
