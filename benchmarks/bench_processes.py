@@ -7,6 +7,8 @@ queries), Linf eps 0.1, batch 64 (4 blocks: 2 per process). Each candidate is th
 start-up included:
 
 - `one`: `python -m gradkit evaluate ...` (one process, the framework's default threads);
+- `thread` (PyTorch only): the same with OMP_NUM_THREADS=1, the setting torchrun gives each process (a
+  loaded machine punishes PyTorch's default threads: see docs/scaling.md);
 - `two`: 2 processes on localhost, each evaluating a contiguous part of the points:
   `torchrun --standalone --nproc-per-node 2 -m gradkit evaluate ...` on PyTorch (gloo; torchrun sets
   OMP_NUM_THREADS=1 per process), two processes joined by `jax.distributed` on JAX (CPU collectives
@@ -74,11 +76,12 @@ def _port():
 
 
 def _command(n, model, out):
-    """The commands and environments of candidate `n`: 1, 2 (a contiguous part each) or "mesh" (JAX)."""
+    """The commands and environments of candidate `n`: 1, "thread" (1 with OMP_NUM_THREADS=1, as torchrun
+    sets per process), 2 (a contiguous part each) or "mesh" (JAX)."""
     evaluate = ["-m", "gradkit", "evaluate", model, *ARGS, "--no-progress", "--out", out]
     evaluate += ["--mesh"] if n == "mesh" else []
-    if n == 1:
-        return [[sys.executable, *evaluate]], [dict(os.environ)]
+    if n in (1, "thread"):
+        return [[sys.executable, *evaluate]], [{**os.environ, **({"OMP_NUM_THREADS": "1"} if n != 1 else {})}]
     if keras.backend.backend() == "torch":
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
         return [[*torchrun, *evaluate]], [dict(os.environ)]  # torchrun's own -m: run gradkit as a module
@@ -102,7 +105,7 @@ def _time(n, model, out):
 
 
 def _candidates():
-    return (1, 2, "mesh") if keras.backend.backend() == "jax" else (1, 2)
+    return (1, 2, "mesh") if keras.backend.backend() == "jax" else (1, 2, "thread")
 
 
 def run():
@@ -130,6 +133,11 @@ def run():
         "attack_seconds_in_one": round(attack_seconds, 2),
         "same_samples_csv": same[2] == same[1],
     }
+    if "thread" in times:  # PyTorch: how much of the ratio is torchrun's one thread per process
+        record.update(
+            two_over_one_thread=round(median[2] / median["thread"], 3),
+            one_thread_runs=[round(t, 2) for t in times["thread"]],
+        )
     if "mesh" in times:  # JAX: one keras.distribution mesh over both processes' devices
         record.update(
             mesh_over_one=round(median["mesh"] / median[1], 3),
