@@ -7,15 +7,22 @@ queries), Linf eps 0.1, batch 64 (4 blocks: 2 per process). Each candidate is th
 start-up included:
 
 - `one`: `python -m gradkit evaluate ...` (one process, the framework's default threads);
-- `two`: 2 processes on localhost: `torchrun --standalone --nproc-per-node 2 -m gradkit evaluate ...` on
-  PyTorch (gloo; torchrun sets OMP_NUM_THREADS=1 per process), two processes joined by `jax.distributed`
-  on JAX (CPU collectives through gloo). TensorFlow has no process group: nothing is measured there.
+- `thread` (PyTorch only): the same with OMP_NUM_THREADS=1, the setting torchrun gives each process (a
+  loaded machine punishes PyTorch's default threads: see docs/scaling.md);
+- `two`: 2 processes on localhost, each evaluating a contiguous part of the points:
+  `torchrun --standalone --nproc-per-node 2 -m gradkit evaluate ...` on PyTorch (gloo; torchrun sets
+  OMP_NUM_THREADS=1 per process), two processes joined by `jax.distributed` on JAX (CPU collectives
+  through gloo). TensorFlow has no process group: nothing is measured there.
+- `mesh` (JAX only): the same two processes with `--mesh`, one `keras.distribution.DataParallel` mesh
+  over both processes' devices: every compiled call's batch split between them, results gathered.
 
-Recorded: `two_over_one` (wall time; the median of `REPEATS` alternated runs), both medians, the seconds
-the attacks took inside one process (from evaluation.json, to show they dominate), the machine's load
-average before and after, and whether both wrote the same samples.csv.
+Recorded: `two_over_one` (wall time; the median of `REPEATS` alternated runs; `mesh_over_one` on JAX),
+the medians, the seconds the attacks took inside one process (from evaluation.json, to show they
+dominate), the machine's load average before and after, and whether each wrote the one-process
+samples.csv.
 
-Run standalone (`python benchmarks/bench_processes.py`) or via `benchmarks/run.py`.
+Run standalone (`python benchmarks/bench_processes.py`) or via `benchmarks/run.py bench_processes`; on a
+quiet machine for a figure that means something (the load average is recorded beside it).
 """
 
 import json
@@ -33,7 +40,8 @@ import numpy as np  # noqa: E402
 
 from common import machine  # noqa: E402
 
-STEPS, QUERIES, REPEATS = 20, 200, 2
+STEPS, QUERIES = 20, 200
+REPEATS = int(os.environ.get("BENCH_REPEATS", "2"))  # alternated runs per candidate
 ARGS = [
     "digits",
     "--n-points",
@@ -68,12 +76,15 @@ def _port():
 
 
 def _command(n, model, out):
+    """The commands and environments of candidate `n`: 1, "thread" (1 with OMP_NUM_THREADS=1, as torchrun
+    sets per process), 2 (a contiguous part each) or "mesh" (JAX)."""
     evaluate = ["-m", "gradkit", "evaluate", model, *ARGS, "--no-progress", "--out", out]
-    if n == 1:
-        return [[sys.executable, *evaluate]], [dict(os.environ)]
+    evaluate += ["--mesh"] if n == "mesh" else []
+    if n in (1, "thread"):
+        return [[sys.executable, *evaluate]], [{**os.environ, **({"OMP_NUM_THREADS": "1"} if n != 1 else {})}]
     if keras.backend.backend() == "torch":
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-        return [[*torchrun, *evaluate[1:]]], [dict(os.environ)]
+        return [[*torchrun, *evaluate]], [dict(os.environ)]  # torchrun's own -m: run gradkit as a module
     env = {**os.environ, "JAX_COORDINATOR_ADDRESS": f"localhost:{_port()}", "JAX_NUM_PROCESSES": "2"}
     return [[sys.executable, *evaluate]] * 2, [{**env, "JAX_PROCESS_ID": str(i)} for i in range(2)]
 
@@ -88,9 +99,13 @@ def _time(n, model, out):
     errors = [p.communicate()[1] for p in procs]
     if any(p.returncode for p in procs):
         text = b"\n".join(errors).decode()
-        said = [line for line in text.splitlines() if "gradkit evaluate: error" in line]
+        said = [line for line in text.splitlines() if "error:" in line or "can't open file" in line]
         raise RuntimeError("\n".join(said) or text[-2000:])
     return time.perf_counter() - start
+
+
+def _candidates():
+    return (1, 2, "mesh") if keras.backend.backend() == "jax" else (1, 2, "thread")
 
 
 def run():
@@ -99,25 +114,39 @@ def run():
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as folder:
         model = _model(folder)
-        times = {1: [], 2: []}
+        times = {n: [] for n in _candidates()}
         for _ in range(REPEATS):
-            for n in (1, 2):
+            for n in times:
                 times[n].append(_time(n, model, os.path.join(folder, f"out{n}")))
-        same = [open(os.path.join(folder, f"out{n}", "samples.csv")).read() for n in (1, 2)]
+        same = {n: open(os.path.join(folder, f"out{n}", "samples.csv")).read() for n in times}
         with open(os.path.join(folder, "out1", "evaluation.json")) as f:
             attack_seconds = sum(
                 r["per_attack"][a]["seconds"] for r in json.load(f)["results"] for a in r["per_attack"]
             )
-    one, two = float(np.median(times[1])), float(np.median(times[2]))
+    median = {n: float(np.median(t)) for n, t in times.items()}
+    record = {
+        "two_over_one": round(median[2] / median[1], 3),
+        "one_seconds": round(median[1], 2),
+        "two_seconds": round(median[2], 2),
+        "one_runs": [round(t, 2) for t in times[1]],
+        "two_runs": [round(t, 2) for t in times[2]],
+        "attack_seconds_in_one": round(attack_seconds, 2),
+        "same_samples_csv": same[2] == same[1],
+    }
+    if "thread" in times:  # PyTorch: how much of the ratio is torchrun's one thread per process
+        record.update(
+            two_over_one_thread=round(median[2] / median["thread"], 3),
+            one_thread_runs=[round(t, 2) for t in times["thread"]],
+        )
+    if "mesh" in times:  # JAX: one keras.distribution mesh over both processes' devices
+        record.update(
+            mesh_over_one=round(median["mesh"] / median[1], 3),
+            mesh_runs=[round(t, 2) for t in times["mesh"]],
+            mesh_same_samples_csv=same["mesh"] == same[1],
+        )
     return {
         "processes": {
-            "two_over_one": round(two / one, 3),
-            "one_seconds": round(one, 2),
-            "two_seconds": round(two, 2),
-            "one_runs": [round(t, 2) for t in times[1]],
-            "two_runs": [round(t, 2) for t in times[2]],
-            "attack_seconds_in_one": round(attack_seconds, 2),
-            "same_samples_csv": same[0] == same[1],
+            **record,
             "load_average_before": [round(v, 2) for v in load_before],
             "load_average_after": [round(v, 2) for v in os.getloadavg()],
             "machine": machine(),

@@ -118,10 +118,10 @@ def test_two_shards_merged_equal_one_run(capsys, files, tmp_path):
 
 
 def _shard(files, k, n=2, **changes):
-    options = {**OPTIONS, "attacks": ["fgsm"], **changes}
+    options = {**OPTIONS, "attacks": ["fgsm"], "epsilons": [0.1], **changes}
     rows = evaluation.shard_rows(len(files["x"]), k, n, options["batch_size"])
     return evaluation.evaluate_shard(keras.saving.load_model(files["model"]), files["x"], files["y"],
-                                     epsilons=[0.1], rows=rows, **options)  # fmt: skip
+                                     rows=rows, **options)  # fmt: skip
 
 
 def test_merge_refuses_pieces_that_do_not_belong_together(capsys, files, tmp_path):
@@ -139,6 +139,15 @@ def test_merge_refuses_pieces_that_do_not_belong_together(capsys, files, tmp_pat
     )  # fmt: skip
     with pytest.raises(ValueError, match="differs in x: "):
         evaluation.merge_shards([good[0], other])
+    retrained = keras.saving.load_model(files["model"])
+    retrained.layers[-1].bias.assign(retrained.layers[-1].bias + 0.01)
+    moved = evaluation.evaluate_shard(
+        retrained, files["x"], files["y"], epsilons=[0.1], rows=(16, 48), **{**OPTIONS, "attacks": ["fgsm"]}
+    )
+    with pytest.raises(ValueError, match="shard 1 differs in model: "):
+        evaluation.merge_shards([good[0], moved])
+    with pytest.raises(ValueError, match="differs in epsilons: "):
+        evaluation.merge_shards([good[0], _shard(files, 1, epsilons=[0.2])])
     for i, shard in enumerate(good):
         evaluation.write_report(shard, tmp_path / f"p{i}")
     out = tmp_path / "merged"
@@ -166,6 +175,8 @@ def test_bad_input_exits_2_names_what_differs_and_writes_nothing(capsys, files, 
     assert code == 2 and "cannot be loaded" in seen.err
     for args, message in (
         (["--shard", "3/2"], "1 <= K <= N"),
+        (["--shard", "0/2"], "1 <= K <= N"),
+        (["--shard", "2"], "invalid K/N value: '2'"),
         (["--shard", "1/2", "--batch-size", "0"], "`--batch-size` must be >= 1"),
         (["--shard", "1/9", "--batch-size", "16"], "rows in 48 points (3;"),
         (["--eps", "-0.1"], "`epsilons` must be >= 0"),

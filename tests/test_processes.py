@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import pytest
 
-from gradkit import cli
+from gradkit import cli, evaluation
 
 BACKEND = keras.backend.backend()
 ARGS = [
@@ -101,15 +101,33 @@ needs_group = pytest.mark.skipif(
 )
 
 
-@pytest.mark.slow
-@needs_group
-def test_two_processes_equal_one(files, capsys):
+@pytest.fixture(scope="module")
+def one_process(files):
+    """The one-process samples.csv."""
     data = [str(files / "model.keras"), str(files / "test.npz")]
     assert cli.main(["evaluate", *data, *ARGS, "--out", str(files / "one")]) == 0
-    capsys.readouterr()
-    results = _launch(files, ["-m", "gradkit", "evaluate", *data, *ARGS, "--out", str(files / "two")])
+    return (files / "one" / "samples.csv").read_text()
+
+
+@pytest.mark.slow
+@needs_group
+@pytest.mark.parametrize("mesh", [False, True], ids=["shards", "mesh"])
+def test_two_processes_equal_one(files, one_process, mesh):
+    if mesh and BACKEND != "jax":
+        pytest.skip("a keras.distribution mesh over several processes: JAX only")
+    data = [str(files / "model.keras"), str(files / "test.npz")]
+    out = files / ("mesh" if mesh else "two")
+    command = ["-m", "gradkit", "evaluate", *data, *ARGS, "--out", str(out), *(["--mesh"] if mesh else [])]
+    results = _launch(files, command)
     assert all(code == 0 for code, _ in results), results
-    assert (files / "two" / "samples.csv").read_text() == (files / "one" / "samples.csv").read_text()
+    assert (out / "samples.csv").read_text() == one_process
+
+
+def test_mesh_needs_a_jax_process_group(files, capsys):
+    data = [str(files / "model.keras"), str(files / "test.npz")]
+    assert cli.main(["evaluate", *data, *ARGS, "--mesh", "--out", str(files / "no-mesh")]) == 2
+    assert "`--mesh` needs the jax backend in a jax.distributed group" in capsys.readouterr().err
+    assert not (files / "no-mesh").exists()
 
 
 @pytest.mark.slow
@@ -122,3 +140,24 @@ def test_ranks_that_disagree_on_the_data_are_refused(files):
     for rank in (0, 1):
         assert f"refused on rank {rank}: The processes must evaluate the same" in output, output
     assert "rank 1 differs from rank 0 in x" in output
+
+
+def test_ranks_that_disagree_are_refused_before_any_attack(files, monkeypatch):
+    """A simulated 2-process group (fast, every backend): rank 1's `all_gather` answer differs from rank 0's
+    in the model, in one setting, or in the labels; the refusal names each, before any attack runs."""
+    from gradkit import backend
+    from gradkit.evaluation import _shards
+
+    model = keras.saving.load_model(files / "model.keras")
+    data = np.load(files / "test.npz")
+    x, y = data["x_test"], data["y_test"]
+    monkeypatch.setattr(backend, "processes", lambda: (0, 2))
+    monkeypatch.setattr(_shards, "evaluate_shard", lambda *a, **k: pytest.fail("an attack ran"))
+    for key, message in (
+        ("model", "rank 1 differs from rank 0 in model"),
+        ("batch_size", "rank 1 differs from rank 0 in batch_size"),
+        ("y", "rank 1 differs from rank 0 in y"),
+    ):
+        monkeypatch.setattr(backend, "all_gather", lambda obj, k=key: [obj, {**obj, k: "other"}])
+        with pytest.raises(ValueError, match=f"{message} \\(this is rank 0\\)"):
+            evaluation.evaluate_processes(model, x, y, epsilons=[0.1], attacks=["fgsm"], batch_size=16)

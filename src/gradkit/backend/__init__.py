@@ -63,8 +63,8 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   numpy arrays of a fixed dtype, without Keras' per-call dtype checks where they cost (PyTorch).
 - `batch_multiple()` and `distribute_batch(structure)`: data parallelism under an active
   `keras.distribution` (JAX only; the other backends raise NotImplementedError when one is set).
-- `start_processes()`, `processes()`, `all_gather(obj)`: process groups (torch.distributed,
-  jax.distributed), see `_processes.py`.
+- `start_processes()`, `processes()`, `all_gather(obj)`, `mesh_spans_processes()`: process groups
+  (torch.distributed, jax.distributed), see `_processes.py`.
 
 The module is chosen from `keras.backend.backend()` at import time, the Keras way (`KERAS_BACKEND`).
 """
@@ -85,6 +85,7 @@ else:  # pragma: no cover - numpy/openvino have no autodiff
     )
 
 from gradkit.backend._processes import all_gather  # noqa: E402
+from gradkit.backend._processes import mesh_spans_processes  # noqa: E402
 from gradkit.backend._processes import processes  # noqa: E402
 from gradkit.backend._processes import start_processes  # noqa: E402
 
@@ -138,6 +139,7 @@ __all__ = [
     "group_norms",
     "input_ascent",
     "norm_means",
+    "mesh_spans_processes",
     "processes",
     "to_numpy",
     "to_tensor",

@@ -6,6 +6,8 @@
   through gloo). Without those variables it does nothing.
 - `processes()`: `(rank, size)` of the running group, or None for a single process.
 - `all_gather(obj)`: every process's JSON-able `obj`, in rank order, on every process.
+- `mesh_spans_processes()`: whether the active `keras.distribution` mesh holds other processes' devices
+  (JAX): then every process runs the same calls on the same data, each feeding its own devices' rows.
 
 TensorFlow has no process group here: `processes()` is None and `start_processes()` refuses a launcher.
 """
@@ -72,6 +74,18 @@ def processes():
         size = jax.process_count()
         return (jax.process_index(), size) if size > 1 else None
     return None
+
+
+def mesh_spans_processes():
+    """True when a `keras.distribution` is active whose device mesh includes another process's devices
+    (JAX under `jax.distributed`); False otherwise (no distribution, one process, other backends)."""
+    dist = keras.distribution.distribution()
+    if dist is None or keras.backend.backend() != "jax" or processes() is None:
+        return False
+    import jax
+
+    local = {f"{d.platform}:{d.id}" for d in jax.local_devices()}
+    return any(str(name) not in local for name in np.ravel(dist.device_mesh.devices))
 
 
 def _jax_gather(array):

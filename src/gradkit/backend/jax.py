@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import keras
+import numpy as np
 
 from gradkit.backend._common import bind_all_but_x, quiet_retracing, set_random_seed, stateless_call  # noqa: F401
 from gradkit.backend._common import xla_determinism as enable_determinism  # noqa: F401
@@ -104,6 +105,19 @@ def distribute_batch(structure):
     return keras.tree.map_structure(
         lambda t: keras.distribution.distribute_tensor(t, dist.get_data_layout(tuple(t.shape))), structure
     )
+
+
+def to_numpy(tensor):
+    """`keras.ops.convert_to_numpy(tensor)`; an array sharded over the devices of several processes (a
+    `keras.distribution` mesh spanning a `jax.distributed` group) is gathered from all of them first:
+    every process must then call it, in the same order."""
+    if isinstance(tensor, keras.Variable):
+        tensor = tensor.value
+    if isinstance(tensor, jax.Array) and not tensor.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(tensor, tiled=True))
+    return keras.ops.convert_to_numpy(tensor)
 
 
 def _total(t):

@@ -77,6 +77,12 @@ def add_parser(commands):
         type=_shard,
         help="K/N: evaluate only the K-th of N contiguous parts (merge with gradkit merge)",
     )
+    add(
+        "--mesh",
+        action="store_true",
+        help="JAX under jax.distributed: one keras.distribution DataParallel mesh over every process's "
+        "devices (instead of one contiguous part of the points per process)",
+    )
     add("--no-progress", action="store_true", help="no progress bars")
     return command
 
@@ -111,6 +117,29 @@ def _prepare(args, inputs):
     return model, x, y, options
 
 
+def _join(args):
+    """Joins the launcher's process group; with `--mesh`, sets one DataParallel mesh over all its devices."""
+    from gradkit import backend
+
+    if args.shard is None and _LAUNCHED & set(os.environ):
+        backend.start_processes()  # JAX must join before any device work (even Keras' first op)
+    _quiet.import_keras()
+    if not args.mesh:
+        return
+    import keras
+
+    if keras.backend.backend() != "jax" or backend.processes() is None:
+        given = "--shard" if args.shard else f"processes={backend.processes()}"
+        raise ValueError(
+            "`--mesh` needs the jax backend in a jax.distributed group (JAX_COORDINATOR_ADDRESS, "
+            "JAX_NUM_PROCESSES, JAX_PROCESS_ID; no --shard). "
+            f"Received: KERAS_BACKEND={keras.backend.backend()}, {given}"
+        )
+    devices = keras.distribution.list_devices()  # every process's, in the same order on each
+    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+    keras.utils.set_random_seed(args.seed)  # the same initial values on every process (JAX checks them)
+
+
 def _evaluate(model, x, y, options, args):
     """`(shard, rank)`: one `--shard`, or all points across the launcher's processes (or this one)."""
     from gradkit import evaluation
@@ -125,14 +154,11 @@ def run(args):
     """Runs `gradkit evaluate` with the parsed `args`; returns the exit code (0, 2 or 130).
 
     Under `torchrun` (or with `JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID` on JAX)
-    each process evaluates its part of the points and rank 0 alone prints and writes.
+    each process evaluates its part of the points (with `--mesh`, JAX: all processes run every call
+    together on one mesh over their devices) and rank 0 alone prints and writes.
     """
     try:
-        if args.shard is None and _LAUNCHED & set(os.environ):
-            from gradkit import backend
-
-            backend.start_processes()  # JAX must join before any device work (even Keras' first op)
-        _quiet.import_keras()
+        _join(args)  # before the model is loaded: under --mesh its variables live on the mesh
         from gradkit import evaluation
         from gradkit.cli import _inputs
 

@@ -2,9 +2,13 @@
 
 Each process loads the whole data, evaluates its contiguous shard of whole blocks (`shard_rows` with its
 rank), and the per-sample records are gathered on every process (`gradkit.backend.all_gather`) and
-merged (`merge_shards`), so the result equals the one-process result point for point. Before any attack
-the processes compare what they were given (model weights, data, settings): a process group whose ranks
-disagree is refused on every rank.
+merged (`merge_shards`), so the result equals the one-process result point for point.
+
+Under a `keras.distribution` mesh over every process's devices (JAX, `backend.mesh_spans_processes()`)
+the processes instead run the whole evaluation together: every compiled call's batch is split over the
+mesh, each process feeding its own devices' rows, and the results are gathered at every read. Before any
+attack the processes compare what they were given (model weights, data, settings): a process group whose
+ranks disagree is refused on every rank.
 """
 
 import numpy as np
@@ -32,6 +36,8 @@ def evaluate_processes(model, x, y, *, epsilons, state_path=None, **options):
     Args:
         model, x, y, epsilons, options: as for `evaluate_shard` (every process passes the same).
         state_path: None or a JSON path; each rank resumes from `<path>.rank<r>` when in a group.
+            Under a mesh spanning the processes, create or load `model` after `set_distribution`
+            (its variables must live on the mesh).
 
     Returns:
         `(shard, rank, size)`: the merged `Shard` over all points (the same on every process), this
@@ -49,10 +55,11 @@ def evaluate_processes(model, x, y, *, epsilons, state_path=None, **options):
     given.update(epsilons=repr(epsilons), model=_state.model_digest(model))
     given.update(x=_state.digest(np.asarray(x)), y=_state.digest(np.asarray(y)))
     _check_agree(given, rank)  # before any check that could fail on one rank only
-    block = options.get("batch_size") or len(x)
-    rows = _shards.shard_rows(len(x), rank, size, block)
     path = None if state_path is None else f"{state_path}.rank{rank}"
     options = {**options, "verbose": options.get("verbose", 1) if rank == 0 else 0}
+    if backend.mesh_spans_processes():  # one run over the mesh: every process holds the whole result
+        return _shards.evaluate_shard(model, x, y, epsilons=epsilons, state_path=path, **options), rank, size
+    rows = _shards.shard_rows(len(x), rank, size, options.get("batch_size") or len(x))
     mine = _shards.evaluate_shard(model, x, y, epsilons=epsilons, rows=rows, state_path=path, **options)
     parts = [shard_from_dict(record) for record in backend.all_gather(shard_to_dict(mine))]
     return merge_shards(parts, names=[f"rank {r}" for r in range(size)]), rank, size

@@ -15,7 +15,7 @@ import os
 import keras
 import numpy as np
 
-from gradkit import _checks, _io
+from gradkit import _checks, _io, backend
 from gradkit.gradients import as_ensemble
 
 FORMAT = "gradkit.evaluation/2"  # 2: the fingerprint holds the model's weights
@@ -62,10 +62,11 @@ def model_digest(model):
     names) and of the ensemble weights: another model, or the same one trained further, has another
     digest."""
     ensemble, h = as_ensemble(model), hashlib.sha256()
+    read = backend.to_numpy if backend.mesh_spans_processes() else keras.ops.convert_to_numpy
     for member in ensemble.models:
         h.update(type(member).__qualname__.encode())
         for variable in member.weights:
-            value = np.ascontiguousarray(keras.ops.convert_to_numpy(variable))
+            value = np.ascontiguousarray(read(variable))
             h.update(f"{value.dtype.str}:{value.shape}".encode())
             h.update(value.tobytes())
     h.update(np.asarray(ensemble.weights, np.float64).tobytes())

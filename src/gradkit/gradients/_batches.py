@@ -72,6 +72,8 @@ def predict_batched(model, x, batch_size=256):
     """`model.predict(x)` that also works data-parallel: under an active `keras.distribution` the rows
     and the batch size are padded to a multiple of the device count (Keras needs even shards), and
     the padding is dropped from the result. Returns numpy output(s) of `n` rows."""
+    if backend.mesh_spans_processes():
+        return _predict_spanning(model, x, batch_size)
     multiple = backend.batch_multiple()
     if multiple == 1:
         with backend.quiet_retracing():
@@ -87,6 +89,18 @@ def predict_batched(model, x, batch_size=256):
     with backend.quiet_retracing():
         out = model.predict(tree.map_structure(padded, x), batch_size=batch, verbose=0)
     return tree.map_structure(lambda o: np.asarray(o)[:n], out)
+
+
+def _predict_spanning(model, x, batch_size):
+    """`model(x)` in padded batches on a mesh over several processes' devices (Keras' `predict` takes
+    only a `tf.data.Dataset` there); every process calls it with the same `x` and gets all rows."""
+    n = len(tree.flatten(x)[0])
+    parts = []
+    for start, stop in batches(n, batch_size):
+        xb = backend.distribute_batch(take(x, start, stop, padded_size(stop - start, batch_size)))
+        out = model(xb, training=False)
+        parts.append(tree.map_structure(lambda o, r=stop - start: backend.to_numpy(o)[:r], out))
+    return tree.map_structure(lambda *p: np.concatenate(p), *parts)
 
 
 def rows(g, rows, stacked):

@@ -196,7 +196,7 @@ class InputGradient:
     def _grads(self, trainables, non_trainables, x, y, weights, scale):
         weights = dict(weights, scale=keras.ops.convert_to_tensor(scale, "float32"))
         _, grads = self._fn(trainables, non_trainables, x, y, weights)
-        return tree.map_structure(keras.ops.convert_to_numpy, grads)
+        return tree.map_structure(backend.to_numpy, grads)
 
     @property
     def _stacked(self):
