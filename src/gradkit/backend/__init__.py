@@ -21,6 +21,12 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   state, fixed) -> state`: the gradient of `objective(trainable, non_trainable, state["x"], fixed["y"],
   fixed["weights"]) -> (loss, aux)` w.r.t. `state["x"]`, then `update(state, aux, grad, fixed)`; the
   state (a dict of tensors) stays on the device between steps (`gradkit.attacks`' engine).
+- `compile_search(objective, step)`: a score-based attack's step compiled whole, forward passes only:
+  `call(trainable, non_trainable, state, fixed) -> state` runs `step(state, fixed, evaluate)` with
+  `evaluate(x)` the aux of `objective(trainable, non_trainable, x, fixed["y"], fixed["weights"])`.
+  `seed_state(seed)` is the seed a state carries for an int seed, `uniform(shape, seed)` returns
+  `(float32 sample in [0, 1), next seed)` inside such a step (see `_search.py` for why the seed is
+  not a `keras.random.SeedGenerator` there).
 - `compile_grad(..., has_aux=True)`: `fn` returns `(loss, aux)`; the call returns `((loss, aux), grads)`.
 - `stateless_call(model, trainable, non_trainable, *args, **kwargs)`: `model.stateless_call` where
   every layer reads the values given, also the parameters of a `torch.nn.Module` wrapped in
@@ -94,6 +100,9 @@ ROW_QUANTUM = _impl.ROW_QUANTUM
 compile_grad = _impl.compile_grad
 compile_forward = _impl.compile_forward
 compile_step = _impl.compile_step
+compile_search = _impl.compile_search
+seed_state = _impl.seed_state
+uniform = _impl.uniform
 quiet_retracing = _impl.quiet_retracing
 set_random_seed = _impl.set_random_seed
 enable_determinism = _impl.enable_determinism
@@ -128,6 +137,9 @@ __all__ = [
     "compile_grad",
     "cond",
     "compile_step",
+    "compile_search",
+    "seed_state",
+    "uniform",
     "quiet_retracing",
     "set_random_seed",
     "start_processes",

@@ -121,6 +121,15 @@ class AttackGradient:
             steps[key] = backend.compile_step(self._objective, update)
         return steps[key]
 
+    def search_function(self, name, step, **static):
+        """`step_function` for a score-based attack: `backend.compile_search` on this objective, with
+        `step(state, fixed, evaluate)` and `evaluate(x) -> (values, logits)` (forward passes only)."""
+        key = ("search", name, tuple(sorted((k, repr(v)) for k, v in static.items())))
+        steps = vars(self._fn).setdefault("steps", {})
+        if key not in steps:
+            steps[key] = backend.compile_search(self._objective, step)
+        return steps[key]
+
     def _variables(self):
         """The members' current variable values, split as when this objective was built (its compiled
         functions map their arguments to variables by that split)."""
