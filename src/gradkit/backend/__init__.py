@@ -65,6 +65,9 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
 - `input_ascent(forward, loss_of, x, update, steps)`: the inner attack of adversarial
   training, run inside the training step: `steps` times `x <- update(x, grad_x loss_of(forward(x)))`,
   the gradient w.r.t. `x` alone, the result cut from the outer gradient (`gradkit.training`).
+- `is_out_of_memory(exc)` and `out_of_memory_hint(rows, what)`: the framework's out-of-memory error
+  told apart from other failures, and a context manager that re-raises it as
+  `gradkit.errors.OutOfMemoryError` naming `batch_size` (`_memory.py`).
 - `to_tensor(array)` and `to_numpy(tensor)`: `keras.ops.convert_to_tensor` / `convert_to_numpy` for
   numpy arrays of a fixed dtype, without Keras' per-call dtype checks where they cost (PyTorch).
 - `batch_multiple()` and `distribute_batch(structure)`: data parallelism under an active
@@ -90,6 +93,8 @@ else:  # pragma: no cover - numpy/openvino have no autodiff
         f"tensorflow, jax or torch. Received: KERAS_BACKEND={_name!r}"
     )
 
+from gradkit.backend._memory import is_out_of_memory  # noqa: E402
+from gradkit.backend._memory import out_of_memory_hint  # noqa: E402
 from gradkit.backend._processes import all_gather  # noqa: E402
 from gradkit.backend._processes import processes  # noqa: E402
 from gradkit.backend._processes import start_processes  # noqa: E402
@@ -149,7 +154,9 @@ __all__ = [
     "divide_norms",
     "group_norms",
     "input_ascent",
+    "is_out_of_memory",
     "norm_means",
+    "out_of_memory_hint",
     "processes",
     "to_numpy",
     "to_tensor",

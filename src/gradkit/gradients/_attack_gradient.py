@@ -162,9 +162,10 @@ class AttackGradient:
         (trainables, non_trainables), parts = self.fixed(labels, targets, alphas)
         values, logits, grads = [], [], []
         for start, stop, pad, y, weights in parts:
-            (_, (v, z)), g = self._fn(
-                trainables, non_trainables, self.batch_rows(x, start, stop, pad), y, weights
-            )
+            with backend.out_of_memory_hint(pad or stop - start, "a gradient call"):
+                (_, (v, z)), g = self._fn(
+                    trainables, non_trainables, self.batch_rows(x, start, stop, pad), y, weights
+                )
             rows = stop - start
             values.append(backend.to_numpy(v)[:rows])
             logits.append(backend.to_numpy(z)[:, :rows])
@@ -188,7 +189,8 @@ class AttackGradient:
         def bound(x):
             values, logits = [], []
             for start, stop, pad, fn in calls:
-                v, z = fn(self.batch_rows(x, start, stop, pad))
+                with backend.out_of_memory_hint(pad or stop - start, "a forward call"):
+                    v, z = fn(self.batch_rows(x, start, stop, pad))
                 values.append(backend.to_numpy(v)[: stop - start])
                 logits.append(backend.to_numpy(z)[:, : stop - start])
             if len(calls) == 1:
