@@ -115,6 +115,7 @@ def run(repeats=5):
         tf_jit_compile_chosen=jit_used,
         spread_max_over_min=spread,
         load_average=[load_before, os.getloadavg()[0]],
+        repeats=repeats,
         setup=(f"Flatten+Dense(10), {N}x32x32x3, eps {EPS}, per step from {S1}- and {S2}-step attacks "
                f"(Square: {Q1} and {Q2} queries), hand-written steps in hand_steps.py"),
     )  # fmt: skip
