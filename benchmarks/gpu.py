@@ -6,7 +6,8 @@ in its own process (JAX and PyTorch by default), and writes JSON. For each backe
 second of gradkit's FGSM, PGD-10, APGD-CE (10 steps) and Square (100 queries, forward passes only), and
 the ratio of the gradient attacks to the bare compiled forward+backward of the same five models on the
 same batch (one gradient call for FGSM, ten for PGD-10, eleven for APGD-CE's ten steps and start point;
-goal <= 1.15, issue 33). The attacks keep their state on the device between steps (`attacks/_engine.py`).
+goal <= 1.15, issue 33), and of Square to 100 bare compiled forward passes. The attacks keep their
+state on the device between steps (`attacks/_engine.py`).
 
     python benchmarks/gpu.py --out benchmarks/gpu_results.json            # on a GPU machine
     python benchmarks/gpu.py --quick                                      # tiny sizes, CPU smoke test
@@ -63,6 +64,7 @@ def bare_loss(trainables, non_trainables, xb, yb, wb):
     return total
 
 bare = backend.compile_grad(bare_loss, "x")
+bare_fwd = backend.compile_forward(bare_loss)
 tv = [backend.variable_values(m.trainable_variables) for m in models]
 ntv = [backend.variable_values(m.non_trainable_variables) for m in models]
 xt, yt = keras.ops.convert_to_tensor(x), keras.ops.convert_to_tensor(y)
@@ -72,8 +74,12 @@ def bare_call():
     _, g = bare(tv, ntv, xt, yt, wt)
     return keras.ops.convert_to_numpy(g)
 
+def bare_forward_call():
+    return keras.ops.convert_to_numpy(bare_fwd(tv, ntv, xt, yt, wt))
+
 runs = {
     "bare_grad": bare_call,
+    "bare_forward": bare_forward_call,
     "fgsm": lambda: gradkit.fgsm(ensemble, x, y, eps=8 / 255, clip_values=(0, 1)),
     "pgd10": lambda: gradkit.pgd(ensemble, x, y, eps=8 / 255, eps_step=2 / 255, steps=10,
                                  clip_values=(0, 1), random_start=False),
@@ -113,6 +119,8 @@ print("RESULT" + json.dumps({
     "apgd_ce10_over_11_bare": med["apgd_ce10"] / (11 * med["bare_grad"]),
     "square100_images_per_s": n / med["square100"],
     "square100_ms_per_query": 1e3 * med["square100"] / 100,
+    "bare_forward_ms": 1e3 * med["bare_forward"],
+    "square100_over_100_bare_forward": med["square100"] / (100 * med["bare_forward"]),
 }))
 """
 

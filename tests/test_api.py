@@ -14,6 +14,7 @@ TOP = [
     "plot_training_diagnostics", "robustness_curve", "run_study",
     "square", "track_gradient_norm", "untrack_gradient_norm", "weight_gradients", "adversarial_training",
     "untrack_adversarial_training", "CatastrophicOverfittingCheck", "WorseThanRandomError",
+    "OutOfMemoryError",
 ]  # fmt: skip
 PACKAGES = {
     "gradkit.gradients": [

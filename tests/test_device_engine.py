@@ -1,5 +1,6 @@
-"""The attack engine keeps an attack's state on the device: FGSM/BIM/PGD run as one compiled call per step
-(gradient, move, projection, clip, best-iterate record), nothing goes to numpy between steps, and each
+"""The attack engine keeps an attack's state on the device: FGSM/BIM/PGD, APGD and Square run as one compiled
+call per step (gradient or forward, move, projection, clip, records), nothing goes to numpy between steps
+(JAX: under `jax.transfer_guard`; TensorFlow and PyTorch: conversions counted), and each
 step function is traced once per input shape whatever eps, step size or clip range."""
 
 import keras
@@ -83,6 +84,10 @@ def test_jax_steps_between_checkpoints_make_no_host_transfer(monkeypatch):
     guarded.clear()
     gradkit.apgd(model, x, y, eps=0.02, steps=20, clip_values=(0, 1), seed=0)  # checkpoints 5, 9, 12, ...
     assert sum(guarded) >= 10 and len(guarded) >= 4
+    for norm in (np.inf, 2):  # Square: proposals drawn in the step, a flag read every CHECK_EVERY steps
+        guarded.clear()
+        gradkit.square(model, x, y, eps=1e-4, norm=norm, n_queries=250, clip_values=(0, 1), seed=0)
+        assert guarded == [100, 100, 50]
 
 
 @pytest.mark.skipif(BACKEND == "jax", reason="JAX: checked with jax.transfer_guard")
@@ -104,6 +109,13 @@ def test_numpy_conversions_do_not_grow_with_steps(monkeypatch):
         gradkit.apgd(model, x, y, eps=0.001, steps=steps, clip_values=(0, 1), seed=0)
         counts.append(len(calls))
     assert counts[0] == counts[1] <= 8 + 4, counts  # a flag per checkpoint, the result, the count
+    for norm in (np.inf, 2):
+        counts.clear()
+        for n_queries in (40, 40, 340):  # 0 and 3 checks (every 100 steps): 300 more steps
+            calls.clear()
+            gradkit.square(model, x, y, eps=1e-4, norm=norm, n_queries=n_queries, clip_values=(0, 1), seed=0)
+            counts.append(len(calls))
+        assert counts[2] - counts[1] == 3 and counts[1] <= 4, counts  # a flag per check; x, flags, counts
 
 
 @pytest.mark.parametrize(

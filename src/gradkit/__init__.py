@@ -16,6 +16,7 @@ _EXPORTS = {
     "weight_gradients": "gradkit.gradients",
     "WeightedEnsemble": "gradkit.gradients",
     "DisconnectedGradientError": "gradkit.errors",
+    "OutOfMemoryError": "gradkit.errors",
     "WorseThanRandomError": "gradkit.errors",
     # gradient-norm diagnostics
     "gradient_norm": "gradkit.monitor",

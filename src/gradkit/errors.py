@@ -16,3 +16,12 @@ class WorseThanRandomError(ValueError):
     A `ValueError`, as in scikit-learn's AdaBoost; its own class so that a caller (`gradkit study`) can
     tell it from bad input. The message names the error, the limit and the usual causes.
     """
+
+
+class OutOfMemoryError(MemoryError):
+    """The device ran out of memory inside an attack or evaluation step (TensorFlow's
+    `ResourceExhaustedError`, PyTorch's `OutOfMemoryError`, JAX's `RESOURCE_EXHAUSTED`).
+
+    A `MemoryError` whose message names the rows of the failing call and `batch_size`, the argument
+    that bounds them; the backend's own exception is its `__cause__`.
+    """

@@ -74,7 +74,9 @@ def run(objective, step, labels, targets, constants, init, n_steps, finish):
 
 def advance(step, variables, state, fixed, n_steps):
     """`n_steps` calls of the compiled `step` from `state`: between two checkpoints of an attack, with
-    nothing read back to the host."""
-    for _ in range(n_steps):
-        state = step(*variables, state, fixed)
+    nothing read back to the host. The backend's out-of-memory error is re-raised as
+    `gradkit.OutOfMemoryError`, naming `batch_size`."""
+    with backend.out_of_memory_hint(tree.flatten(state["x"])[0].shape[0]):
+        for _ in range(n_steps):
+            state = step(*variables, state, fixed)
     return state

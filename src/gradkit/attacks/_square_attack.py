@@ -5,7 +5,7 @@ import numpy as np
 from gradkit import _checks
 from gradkit.attacks import _geometry as geometry
 from gradkit.attacks._session import Session
-from gradkit.attacks._square import square_core
+from gradkit.attacks._square_device import square_device
 
 
 def square_run(model, x, y=None, *, eps, norm=np.inf, n_queries=5000, p_init=0.8, targeted=False,
@@ -23,11 +23,8 @@ def square_run(model, x, y=None, *, eps, norm=np.inf, n_queries=5000, p_init=0.8
         x_adv = session.x0.copy()
         return x_adv, session.predict(x_adv) != session.labels, session
     targets = session.labels if session.targeted else None
-    x_adv, success, _ = square_core(
-        session.forward, session.x0, session.labels, eps=session.eps, norm=session.norm, n_queries=n_queries,
-        p_init=p_init, clip_values=session.clip_values, rng=np.random.default_rng(seed), targets=targets,
-        bind=session.bind,
-    )  # fmt: skip
+    x_adv, success, _ = square_device(session, session.x0, session.labels, targets, n_queries=n_queries,
+                                      p_init=p_init, rng=np.random.default_rng(seed))  # fmt: skip
     return geometry.inside(x_adv, session.x0, session.eps, session.norm), success, session
 
 
@@ -55,7 +52,8 @@ def square(model, x, y=None, *, eps, norm=np.inf, n_queries=5000, p_init=0.8, ta
         targeted: False (default) or True (pull towards the classes `y`).
         clip_values, batch_size, output, objective: as in `gradkit.apgd` (objective "vote_margin" uses
             the margin of the smoothed weighted vote).
-        seed: None or int >= 0 seeding the random search (numpy).
+        seed: None or int >= 0 seeding the random search (the start in numpy, the proposals with
+            the backend's random ops inside the compiled step).
 
     Returns:
         float32 `(n, *input_shape)` adversarial examples in the eps-ball and in `clip_values`.

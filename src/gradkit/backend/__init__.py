@@ -21,6 +21,12 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   state, fixed) -> state`: the gradient of `objective(trainable, non_trainable, state["x"], fixed["y"],
   fixed["weights"]) -> (loss, aux)` w.r.t. `state["x"]`, then `update(state, aux, grad, fixed)`; the
   state (a dict of tensors) stays on the device between steps (`gradkit.attacks`' engine).
+- `compile_search(objective, step)`: a score-based attack's step compiled whole, forward passes only:
+  `call(trainable, non_trainable, state, fixed) -> state` runs `step(state, fixed, evaluate)` with
+  `evaluate(x)` the aux of `objective(trainable, non_trainable, x, fixed["y"], fixed["weights"])`.
+  `seed_state(seed)` is the seed a state carries for an int seed, `uniform(shape, seed)` returns
+  `(float32 sample in [0, 1), next seed)` inside such a step (see `_search.py` for why the seed is
+  not a `keras.random.SeedGenerator` there).
 - `compile_grad(..., has_aux=True)`: `fn` returns `(loss, aux)`; the call returns `((loss, aux), grads)`.
 - `stateless_call(model, trainable, non_trainable, *args, **kwargs)`: `model.stateless_call` where
   every layer reads the values given, also the parameters of a `torch.nn.Module` wrapped in
@@ -59,6 +65,9 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
 - `input_ascent(forward, loss_of, x, update, steps)`: the inner attack of adversarial
   training, run inside the training step: `steps` times `x <- update(x, grad_x loss_of(forward(x)))`,
   the gradient w.r.t. `x` alone, the result cut from the outer gradient (`gradkit.training`).
+- `is_out_of_memory(exc)` and `out_of_memory_hint(rows, what)`: the framework's out-of-memory error
+  told apart from other failures, and a context manager that re-raises it as
+  `gradkit.errors.OutOfMemoryError` naming `batch_size` (`_memory.py`).
 - `to_tensor(array)` and `to_numpy(tensor)`: `keras.ops.convert_to_tensor` / `convert_to_numpy` for
   numpy arrays of a fixed dtype, without Keras' per-call dtype checks where they cost (PyTorch).
 - `batch_multiple()` and `distribute_batch(structure)`: data parallelism under an active
@@ -84,6 +93,8 @@ else:  # pragma: no cover - numpy/openvino have no autodiff
         f"tensorflow, jax or torch. Received: KERAS_BACKEND={_name!r}"
     )
 
+from gradkit.backend._memory import is_out_of_memory  # noqa: E402
+from gradkit.backend._memory import out_of_memory_hint  # noqa: E402
 from gradkit.backend._processes import all_gather  # noqa: E402
 from gradkit.backend._processes import mesh_spans_processes  # noqa: E402
 from gradkit.backend._processes import processes  # noqa: E402
@@ -95,6 +106,9 @@ ROW_QUANTUM = _impl.ROW_QUANTUM
 compile_grad = _impl.compile_grad
 compile_forward = _impl.compile_forward
 compile_step = _impl.compile_step
+compile_search = _impl.compile_search
+seed_state = _impl.seed_state
+uniform = _impl.uniform
 quiet_retracing = _impl.quiet_retracing
 set_random_seed = _impl.set_random_seed
 enable_determinism = _impl.enable_determinism
@@ -129,6 +143,9 @@ __all__ = [
     "compile_grad",
     "cond",
     "compile_step",
+    "compile_search",
+    "seed_state",
+    "uniform",
     "quiet_retracing",
     "set_random_seed",
     "start_processes",
@@ -138,8 +155,10 @@ __all__ = [
     "divide_norms",
     "group_norms",
     "input_ascent",
+    "is_out_of_memory",
     "norm_means",
     "mesh_spans_processes",
+    "out_of_memory_hint",
     "processes",
     "to_numpy",
     "to_tensor",

@@ -6,6 +6,11 @@ import os
 import torch
 
 from gradkit.backend._common import set_random_seed as _set_keras_seed
+from gradkit.backend._search import torch_search as compile_search
+from gradkit.backend._search import torch_seed_state as seed_state
+from gradkit.backend._search import torch_uniform as uniform
+
+__all__ = ["compile_search", "enable_determinism", "input_ascent", "seed_state", "set_random_seed", "uniform"]
 
 
 def input_ascent(forward, loss_of, x, update, steps):

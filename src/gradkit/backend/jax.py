@@ -9,6 +9,9 @@ from gradkit.backend._common import bind_all_but_x, quiet_retracing, set_random_
 from gradkit.backend._common import xla_determinism as enable_determinism  # noqa: F401
 from gradkit.backend._jax_connected import check_connected as _check_connected
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
+from gradkit.backend._search import jax_search as compile_search  # noqa: F401
+from gradkit.backend._search import jax_seed_state as seed_state  # noqa: F401
+from gradkit.backend._search import jax_uniform as uniform  # noqa: F401
 from gradkit.backend._weight_stats import cond, stats_builder  # noqa: F401
 
 ROW_QUANTUM = None  # None: rows are padded to the batch size or the next power of two (traces are costly)

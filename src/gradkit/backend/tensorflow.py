@@ -16,6 +16,9 @@ from gradkit.backend._common import (  # noqa: F401
     values_before_step,
 )
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
+from gradkit.backend._search import tf_search as compile_search  # noqa: F401
+from gradkit.backend._search import tf_seed_state as seed_state  # noqa: F401
+from gradkit.backend._search import tf_uniform as uniform  # noqa: F401
 from gradkit.backend._weight_stats import cond, stats_builder  # noqa: F401
 from gradkit.errors import DisconnectedGradientError
 
@@ -33,7 +36,8 @@ class _OwnTracesFilter(logging.Filter):
     def filter(self, record):
         message = record.getMessage()
         own = any(
-            f"{name}.<locals>" in message for name in ("compile_grad", "compile_forward", "compile_step")
+            f"{name}.<locals>" in message
+            for name in ("compile_grad", "compile_forward", "compile_step", "tf_search")
         )
         return "tf.function retracing" not in message or not own
 

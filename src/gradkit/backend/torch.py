@@ -22,7 +22,7 @@ from gradkit.backend._common import (  # noqa: F401
     values_before_step,
 )
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
-from gradkit.backend._torch_misc import enable_determinism, input_ascent, set_random_seed  # noqa: F401
+from gradkit.backend._torch_misc import *  # noqa: F403 - compile_search, seed_state, uniform, determinism
 from gradkit.backend._torch_modules import stateless_call  # noqa: F401
 from gradkit.backend._torch_stats import weight_stats as _weight_stats
 from gradkit.backend._torch_trace import Traced, compile_forward, flatten, signature  # noqa: F401

@@ -121,6 +121,15 @@ class AttackGradient:
             steps[key] = backend.compile_step(self._objective, update)
         return steps[key]
 
+    def search_function(self, name, step, **static):
+        """`step_function` for a score-based attack: `backend.compile_search` on this objective, with
+        `step(state, fixed, evaluate)` and `evaluate(x) -> (values, logits)` (forward passes only)."""
+        key = ("search", name, tuple(sorted((k, repr(v)) for k, v in static.items())))
+        steps = vars(self._fn).setdefault("steps", {})
+        if key not in steps:
+            steps[key] = backend.compile_search(self._objective, step)
+        return steps[key]
+
     def _variables(self):
         """The members' current variable values, split as when this objective was built (its compiled
         functions map their arguments to variables by that split)."""
@@ -153,9 +162,10 @@ class AttackGradient:
         (trainables, non_trainables), parts = self.fixed(labels, targets, alphas)
         values, logits, grads = [], [], []
         for start, stop, pad, y, weights in parts:
-            (_, (v, z)), g = self._fn(
-                trainables, non_trainables, self.batch_rows(x, start, stop, pad), y, weights
-            )
+            with backend.out_of_memory_hint(pad or stop - start, "a gradient call"):
+                (_, (v, z)), g = self._fn(
+                    trainables, non_trainables, self.batch_rows(x, start, stop, pad), y, weights
+                )
             rows = stop - start
             values.append(backend.to_numpy(v)[:rows])
             logits.append(backend.to_numpy(z)[:, :rows])
@@ -179,7 +189,8 @@ class AttackGradient:
         def bound(x):
             values, logits = [], []
             for start, stop, pad, fn in calls:
-                v, z = fn(self.batch_rows(x, start, stop, pad))
+                with backend.out_of_memory_hint(pad or stop - start, "a forward call"):
+                    v, z = fn(self.batch_rows(x, start, stop, pad))
                 values.append(backend.to_numpy(v)[: stop - start])
                 logits.append(backend.to_numpy(z)[:, : stop - start])
             if len(calls) == 1:

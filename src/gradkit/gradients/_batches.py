@@ -76,7 +76,7 @@ def predict_batched(model, x, batch_size=256):
         return _predict_spanning(model, x, batch_size)
     multiple = backend.batch_multiple()
     if multiple == 1:
-        with backend.quiet_retracing():
+        with backend.quiet_retracing(), backend.out_of_memory_hint(batch_size, "a prediction"):
             return model.predict(x, batch_size=batch_size, verbose=0)
     n = len(tree.flatten(x)[0])
     pad = -n % multiple
@@ -86,7 +86,7 @@ def predict_batched(model, x, batch_size=256):
         return np.concatenate([a, np.repeat(a[:1], pad, axis=0)]) if pad else a
 
     batch = -(-batch_size // multiple) * multiple
-    with backend.quiet_retracing():
+    with backend.quiet_retracing(), backend.out_of_memory_hint(batch, "a prediction"):
         out = model.predict(tree.map_structure(padded, x), batch_size=batch, verbose=0)
     return tree.map_structure(lambda o: np.asarray(o)[:n], out)
 

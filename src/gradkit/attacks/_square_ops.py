@@ -1,0 +1,106 @@
+"""The Square Attack's proposals in `keras.ops`, drawn inside the compiled step (`_square_device.py`).
+
+The same rules as the numpy reference `_square_proposals.py` (Linf Algorithm 1 with up to 8 sign redraws;
+L2 Algorithm 3), on images `(n, h, w, c)` of backend tensors. The window side changes with the
+schedule of `p`, so a window is a mask over the whole image (static shapes: one trace for every
+side); its side `(sh, sw)` and, for L2, its pattern `eta` (computed on the host by
+`_square_proposals.eta`, one per side of the schedule, placed at the canvas' corner) are looked up by
+the schedule's stage. Random numbers come from `backend.uniform` with the seed the state carries:
+the stream differs from numpy's, the distributions are the same.
+
+References:
+    Andriushchenko, Croce, Flammarion & Hein (2020), "Square Attack: a query-efficient black-box
+    adversarial attack via random search", ECCV, https://arxiv.org/abs/1912.00049 (Algorithms 1, 3).
+"""
+
+from keras import ops
+
+from gradkit import backend
+from gradkit.attacks import _geometry as geometry
+
+REDRAWS = 8  # Linf: sign redraws when a proposal leaves the window unchanged (as `_square_proposals`)
+
+
+def window(u_top, u_left, sh, sw, h, w):
+    """Per-sample windows of side `(sh, sw)` (int32 scalar tensors) at uniform corners from the uniform
+    draws `u_top`, `u_left` `(n,)`: `(mask (n, h, w) bool, rows (n, h), cols (n, w))`, each pixel's
+    offsets from its sample's corner."""
+    top = ops.cast(ops.floor(u_top * ops.cast(h - sh + 1, "float32")), "int32")
+    left = ops.cast(ops.floor(u_left * ops.cast(w - sw + 1, "float32")), "int32")
+    top, left = ops.minimum(top, h - sh), ops.minimum(left, w - sw)
+    rows = ops.expand_dims(ops.arange(h, dtype="int32"), 0) - ops.expand_dims(top, 1)
+    cols = ops.expand_dims(ops.arange(w, dtype="int32"), 0) - ops.expand_dims(left, 1)
+    in_rows = ops.expand_dims(ops.logical_and(rows >= 0, rows < sh), 2)
+    in_cols = ops.expand_dims(ops.logical_and(cols >= 0, cols < sw), 1)
+    return ops.logical_and(in_rows, in_cols), rows, cols
+
+
+def _channels(mask):
+    """A bool mask `(n, h, w)` as float32 `(n, h, w, 1)`."""
+    return ops.expand_dims(ops.cast(mask, "float32"), -1)
+
+
+def _first_change(draws, unchanged):
+    """Of the `REDRAWS` sign draws `(R, n, c)` (True: the `+` corner), the first whose window changes
+    (the last one if none does), given whether each corner leaves the window as it is `(n, c)`:
+    `(n, c)` bool."""
+    plus, minus = ops.expand_dims(unchanged[0], 0), ops.expand_dims(unchanged[1], 0)
+    same = ops.all(ops.where(draws, plus, minus), axis=2)  # (R, n)
+    first = ops.cast(ops.argmin(ops.cast(same, "int32"), axis=0), "int32")
+    first = ops.where(ops.all(same, axis=0), REDRAWS - 1, first)
+    pick = ops.expand_dims(ops.arange(REDRAWS, dtype="int32"), 1) == ops.expand_dims(first, 0)
+    return ops.any(ops.logical_and(draws, ops.expand_dims(pick, 2)), axis=0)
+
+
+def linf_proposal(best, ends, sides, seed):
+    """A random window of each sample set to `x0 +- eps` (one sign per channel): `(candidate, seed)`.
+
+    `ends` are the two clipped corners `[x0 + eps, x0 - eps]` (`_square_proposals.linf_ends`), `sides`
+    the window's `(sh, sw)`; signs are redrawn (up to `REDRAWS` draws) where they would not change the
+    window, as in the authors' loop."""
+    n, h, w, c = best.shape
+    u, seed = backend.uniform((n, 2 + REDRAWS * c), seed)
+    mask, _, _ = window(u[:, 0], u[:, 1], sides[0], sides[1], h, w)
+    m = _channels(mask)
+    tolerance = 1e-7 * ops.cast(sides[0] * sides[1], "float32")
+    unchanged = [ops.sum(ops.abs(end - best) * m, axis=(1, 2)) < tolerance for end in ends]  # (n, c)
+    draws = ops.transpose(ops.reshape(u[:, 2:], (n, REDRAWS, c)), (1, 0, 2)) < 0.5
+    plus = ops.expand_dims(ops.expand_dims(_first_change(draws, unchanged), 1), 1)
+    return ops.where(m > 0, ops.where(plus, ends[0], ends[1]), best), seed
+
+
+def _pattern(patterns, stage, orient, rows, cols):
+    """The stage's pattern (orientation `orient` `(n,)` int32) at each sample's window: `(n, h, w)`."""
+    _, _, h, w = patterns.shape
+    rows, cols = ops.clip(rows, 0, h - 1), ops.clip(cols, 0, w - 1)
+    base = ops.reshape((stage * 2 + orient) * h, (-1, 1, 1))
+    index = (base + ops.expand_dims(rows, 2)) * w + ops.expand_dims(cols, 1)
+    flat = ops.take(ops.reshape(patterns, (-1,)), ops.reshape(index, (-1,)))
+    return ops.reshape(flat, (-1, h, w))
+
+
+def _sums(a):
+    """Per (sample, channel) L2 norms over the image `(n, 1, 1, c)`."""
+    return ops.sqrt(ops.sum(ops.square(a), axis=(1, 2), keepdims=True))
+
+
+def l2_proposal(best, x0, eps, patterns, stage, sides, seed, bounds):
+    """Algorithm 3's update: window 2 emptied into window 1 (plus a bump of the stage's pattern with a
+    random sign per channel), rescaled to norm eps, projected and clipped: `(candidate, seed)`."""
+    n, h, w, c = best.shape
+    u, seed = backend.uniform((n, 5 + c), seed)
+    mask1, rows, cols = window(u[:, 0], u[:, 1], sides[0], sides[1], h, w)
+    mask2, _, _ = window(u[:, 2], u[:, 3], sides[0], sides[1], h, w)
+    m1, m2 = _channels(mask1), _channels(mask2)
+    bump = _pattern(patterns, stage, ops.cast(u[:, 4] < 0.5, "int32"), rows, cols)
+    bump = ops.expand_dims(ops.where(mask1, bump, 0.0), -1)
+    signs = ops.reshape(ops.where(u[:, 5:] < 0.5, -1.0, 1.0), (n, 1, 1, c))
+    eps = ops.cast(eps, "float32")
+    delta = best - x0
+    norm_w1, norm_both = _sums(delta * m1), _sums(delta * ops.maximum(m1, m2))
+    room = ops.maximum(eps**2 - ops.square(geometry.per_sample_norm_tensor(delta)), 0.0) / c
+    new = bump * signs + delta * m1 / (1e-10 + norm_w1)
+    new = new / ops.maximum(_sums(new), geometry.TINY) * ops.sqrt(room + ops.square(norm_both))
+    delta = ops.where(m1 > 0, new, ops.where(m2 > 0, 0.0, delta))
+    delta = eps * delta / ops.maximum(geometry.per_sample_norm_tensor(delta), geometry.TINY)
+    return geometry.project_and_clip_tensor(x0 + delta, x0, eps, 2, bounds), seed

@@ -1,0 +1,158 @@
+"""The Square Attack on the attack engine against its numpy reference (`_square.square_core`): the random
+streams differ, so the engine is checked on what the core guarantees (ball and box, the flags read off
+the decision, the query counts of rows that succeed and of those that do not, the easy rows broken) and on
+the same success rates; its proposals on the rules of `_square_proposals`; one trace for every eps,
+budget and `p_init`; the early stop read at the fixed check interval."""
+
+import keras
+import numpy as np
+import pytest
+
+import gradkit
+from gradkit import backend
+from gradkit.attacks import _engine, _square_device
+from gradkit.attacks._square import p_schedule, square_core
+from gradkit.attacks._square_attack import square_run
+from gradkit.attacks._square_ops import l2_proposal, linf_proposal
+
+SHAPE, C = (8, 8, 2), 4
+D = int(np.prod(SHAPE))
+RNG = np.random.default_rng(1)
+W = RNG.normal(size=(D, C)).astype(np.float32)
+B = (RNG.normal(size=C) * 0.1).astype(np.float32)
+X0 = RNG.uniform(0.2, 0.8, size=(120,) + SHAPE).astype(np.float32)
+EPS = {np.inf: 0.015, 2: 0.15}
+
+
+def linear():
+    model = keras.Sequential([keras.Input(SHAPE), keras.layers.Flatten(), keras.layers.Dense(C)])
+    model.set_weights([W, B])
+    return model
+
+
+def labels_of(x):
+    return (x.reshape(len(x), -1).astype(np.float64) @ W + B).argmax(axis=1)
+
+
+def margin_forward(x, labels, targets=None):
+    z = x.reshape(len(x), -1).astype(np.float64) @ W + B
+    others = np.where(np.eye(C, dtype=bool)[labels], -np.inf, z)
+    return others.max(axis=1) - z[np.arange(len(z)), labels], z.argmax(axis=1)
+
+
+def distance(a, b, norm):
+    d = (a - b).reshape(len(a), -1).astype(np.float64)
+    return np.abs(d).max(axis=1) if norm == np.inf else np.sqrt((d**2).sum(axis=1))
+
+
+@pytest.mark.parametrize("norm", [np.inf, 2])
+def test_engine_keeps_the_reference_guarantees_and_success_rate(norm):
+    labels, n_queries, eps = labels_of(X0), 200, EPS[norm]
+    options = dict(eps=eps, norm=norm, n_queries=n_queries, p_init=0.3, clip_values=(0.0, 1.0))
+    _, ref_success, ref_used = square_core(margin_forward, X0, labels, rng=0, **options)
+    adv, success, session = square_run(linear(), X0, labels, eps=eps, norm=norm, n_queries=n_queries,
+                                       p_init=0.3, clip_values=(0, 1), seed=0)  # fmt: skip
+    assert np.all(distance(adv, X0, norm) <= eps + 1e-6) and adv.min() >= 0 and adv.max() <= 1
+    np.testing.assert_array_equal(labels_of(adv) != labels, success)
+    assert abs(success.mean() - ref_success.mean()) <= 0.1, (success.mean(), ref_success.mean())
+    assert np.all(success[ref_used <= 2]) and not success.all()  # what the start breaks, both break
+    assert abs(session.n_forwards - ref_used.sum()) <= 0.1 * ref_used.sum() and session.n_gradients == 0
+
+
+@pytest.mark.parametrize("norm", [np.inf, 2])
+def test_query_counts_per_row(norm, monkeypatch):
+    used_seen = []
+    device = _square_device.square_device
+
+    def keep(*args, **kwargs):
+        out = device(*args, **kwargs)
+        used_seen.append(out[2])
+        return out
+
+    monkeypatch.setattr(_square_device, "square_device", keep)
+    from gradkit.attacks import _square_attack
+
+    monkeypatch.setattr(_square_attack, "square_device", keep)
+    labels = labels_of(X0)
+    _, success, session = square_run(linear(), X0, labels, eps=EPS[norm], norm=norm, n_queries=150,
+                                     p_init=0.3, clip_values=(0, 1), seed=1)  # fmt: skip
+    (used,) = used_seen
+    assert used.dtype == np.int64 and session.n_forwards == used.sum()
+    assert np.all(used[~success] == 150) and np.all(used[success] <= 150) and np.all(used >= 1)
+
+
+def test_one_trace_for_any_eps_budget_and_p_init():
+    model, labels = linear(), labels_of(X0[:40])
+    for eps, n_queries, p_init in [(0.01, 30, 0.8), (0.02, 70, 0.3), (0.05, 250, 0.05)]:
+        _, _, session = square_run(model, X0[:40], labels, eps=eps, n_queries=n_queries, p_init=p_init,
+                                   clip_values=(0, 1), seed=0)  # fmt: skip
+    steps = [s for key, s in session.objective._fn.steps.items() if key[0] == "search"]
+    assert len(steps) == 1 and steps[0].trace_count == 1
+
+
+def test_schedule_tables_follow_p_schedule():
+    for n_queries, p_init in [(10000, 0.8), (1000, 0.3), (37, 0.5), (1, 0.8)]:
+        starts, sides, _ = _square_device.schedule(p_init, n_queries, 32, 32, np.inf)
+        for i in range(n_queries - 1):
+            stage = int(np.sum(i >= starts))
+            assert np.isclose(p_init / 2**stage, p_schedule(p_init, i, n_queries)), (n_queries, i)
+        assert sides[0, 0] == round(np.sqrt(p_init * 1024)) and np.all(np.diff(sides[:, 0]) <= 0)
+
+
+def _tensor(a):
+    return backend.to_tensor(np.ascontiguousarray(a, dtype=np.float32))
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_linf_proposal_changes_one_window_to_the_corners(channels):
+    """As the numpy reference's test: one-pixel windows already on the `+` corner change with
+    probability 1 - 2^-(8 c) per sample (the sign redraws); wider windows change in one window only."""
+    rng, n = np.random.default_rng(0), 500
+    x0 = rng.uniform(0.2, 0.8, size=(n, 6, 6, channels)).astype(np.float32)
+    best, ends = x0 + np.float32(0.1), [x0 + np.float32(0.1), x0 - np.float32(0.1)]
+    for side, most in ((1, 1), (4, 16)):
+        sides = backend.to_tensor(np.asarray([side, side], np.int32))
+        cand, _ = linf_proposal(_tensor(best), [_tensor(e) for e in ends], sides, backend.seed_state(side))
+        cand = backend.to_numpy(cand)
+        changed = (np.abs(cand - best).max(axis=3) > 1e-7).reshape(n, -1)
+        assert changed.sum(axis=1).max() == most and changed.any(axis=1).mean() > 0.97
+        np.testing.assert_allclose(np.abs(cand - x0), 0.1, atol=1e-6)
+
+
+def test_l2_proposal_stays_on_the_sphere_and_rescales_outside_its_windows():
+    rng, n, eps = np.random.default_rng(0), 300, 0.5
+    x0 = rng.uniform(0.3, 0.7, size=(n, 10, 10, 2)).astype(np.float32)
+    delta = rng.normal(size=x0.shape).astype(np.float32)
+    best = x0 + eps * delta / np.linalg.norm(delta.reshape(n, -1), axis=1).reshape(n, 1, 1, 1)
+    _, sides, patterns = _square_device.schedule(0.1, 1000, 10, 10, 2)
+    stage = backend.to_tensor(np.asarray(0, np.int32))
+    cand, _ = l2_proposal(_tensor(best), _tensor(x0), _engine.scalar(eps), backend.to_tensor(patterns),
+                          stage, backend.to_tensor(sides[0]), backend.seed_state(0), None)  # fmt: skip
+    new = backend.to_numpy(cand) - x0
+    np.testing.assert_allclose(distance(new + x0, x0, 2), eps, rtol=1e-4)
+    ratio = new / (best - x0)
+    same = np.isclose(ratio, np.median(ratio.reshape(n, -1), axis=1).reshape(n, 1, 1, 1), rtol=1e-3)
+    outside = same.reshape(n, -1).mean(axis=1)  # two 3x3 windows of 100 pixels change at most
+    assert outside.min() >= 0.819 and np.mean(outside < 1) > 0.9
+
+
+def test_rows_that_all_succeed_stop_at_the_first_check(monkeypatch):
+    counted, advance = [], _engine.advance
+    monkeypatch.setattr(_engine, "advance", lambda *a: counted.append(a[-1]) or advance(*a))
+    labels = labels_of(X0[:20])
+    _, success, session = square_run(linear(), X0[:20], labels, eps=0.5, n_queries=1000,
+                                     clip_values=(0, 1), seed=0)  # fmt: skip
+    assert success.all() and counted == [_square_device.CHECK_EVERY]
+    assert session.n_forwards < 20 * 10  # the start, a few proposals: frozen rows are not counted
+
+
+def test_seeded_repeat_and_eps_zero():
+    labels = labels_of(X0[:30])
+    first = gradkit.square(linear(), X0[:30], labels, eps=0.05, n_queries=60, seed=3)
+    np.testing.assert_array_equal(
+        first, gradkit.square(linear(), X0[:30], labels, eps=0.05, n_queries=60, seed=3)
+    )
+    assert not np.array_equal(
+        first, gradkit.square(linear(), X0[:30], labels, eps=0.05, n_queries=60, seed=4)
+    )
+    np.testing.assert_array_equal(gradkit.square(linear(), X0[:30], labels, eps=0.0, n_queries=60), X0[:30])
