@@ -21,7 +21,7 @@ RNG = np.random.default_rng(1)
 W = RNG.normal(size=(D, C)).astype(np.float32)
 B = (RNG.normal(size=C) * 0.1).astype(np.float32)
 X0 = RNG.uniform(0.2, 0.8, size=(120,) + SHAPE).astype(np.float32)
-EPS = {np.inf: 0.015, 2: 0.15}
+EPS = {np.inf: 0.015, 2: 0.15, 1: 0.5}
 
 
 def linear():
@@ -42,10 +42,12 @@ def margin_forward(x, labels, targets=None):
 
 def distance(a, b, norm):
     d = (a - b).reshape(len(a), -1).astype(np.float64)
+    if norm == 1:
+        return np.abs(d).sum(axis=1)
     return np.abs(d).max(axis=1) if norm == np.inf else np.sqrt((d**2).sum(axis=1))
 
 
-@pytest.mark.parametrize("norm", [np.inf, 2])
+@pytest.mark.parametrize("norm", [np.inf, 2, 1])
 def test_engine_keeps_the_reference_guarantees_and_success_rate(norm):
     labels, n_queries, eps = labels_of(X0), 200, EPS[norm]
     options = dict(eps=eps, norm=norm, n_queries=n_queries, p_init=0.3, clip_values=(0.0, 1.0))

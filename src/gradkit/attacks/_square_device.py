@@ -7,7 +7,7 @@ keeps the better ones and freezes the rows that succeeded (the early stop of `sq
 mask: a frozen row is still computed, not counted). The start is drawn on the host as the core draws
 it; the host reads one flag (whether any row of the batch is still attacked) every `CHECK_EVERY`
 steps and the result at the end. `p`'s schedule (`_square.p_schedule`) is a table of the iterations
-where each halving starts, with the window side and (L2) pattern of each stage: one trace per input
+where each halving starts, with the window side and (L2, L1) pattern of each stage: one trace per input
 shape for every eps, budget and `p_init`.
 """
 
@@ -18,8 +18,8 @@ from gradkit import backend
 from gradkit.attacks import _engine as engine
 from gradkit.attacks import _geometry as geometry
 from gradkit.attacks._square import _HALVINGS, as_image
-from gradkit.attacks._square_ops import l2_proposal, linf_proposal
-from gradkit.attacks._square_proposals import _window, eta, l2_init, linf_ends, linf_init
+from gradkit.attacks._square_ops import l1_proposal, l2_proposal, linf_proposal
+from gradkit.attacks._square_proposals import _window, eta, l1_init, l2_init, linf_ends, linf_init
 
 CHECK_EVERY = 100  # steps between two reads of "any row still attacked?"
 _STAGES = len(_HALVINGS) + 1
@@ -39,7 +39,7 @@ def schedule(p_init, n_queries, h, w, norm):
         sides[k] = _window(p, h, w) if norm == np.inf else _window(p, h, w, minimum=3, odd=True)
         if norm != np.inf:
             sh, sw = sides[k]
-            pattern = eta(sh, sw)
+            pattern = eta(sh, sw, 1 if norm == 1 else 2)  # L1's bumps fall off faster
             patterns[k, 0, :sh, :sw] = pattern
             patterns[k, 1, :sh, :sw] = pattern.T if sh == sw else pattern
     return np.asarray(starts, np.int32), sides, patterns
@@ -53,9 +53,8 @@ def _propose(state, fixed, image, norm, clip):
     if norm == np.inf:
         return linf_proposal(best, (fixed["plus"], fixed["minus"]), sides, state["seed"])
     bounds = (fixed["lo"], fixed["hi"]) if clip else None
-    return l2_proposal(
-        best, fixed["x0"], fixed["eps"], fixed["patterns"], stage, sides, state["seed"], bounds
-    )
+    proposal = l1_proposal if norm == 1 else l2_proposal
+    return proposal(best, fixed["x0"], fixed["eps"], fixed["patterns"], stage, sides, state["seed"], bounds)
 
 
 def _step(objective, image, *, norm, targeted, clip):
@@ -84,7 +83,7 @@ def _constants(session, x0, n_queries, p_init, rng):
     """`(start, per-row constants on the host, scalar and table tensors)` of an attack."""
     eps, norm, clip = session.eps, session.norm, session.clip_values
     img0 = as_image(x0)
-    init = linf_init if norm == np.inf else l2_init
+    init = {np.inf: linf_init, 2.0: l2_init, 1.0: l1_init}[norm]
     start = geometry.project_and_clip(init(img0, eps, rng), img0, eps, norm, clip).reshape(x0.shape)
     if norm == np.inf:
         rows = dict(zip(("plus", "minus"), linf_ends(img0, eps, clip)))

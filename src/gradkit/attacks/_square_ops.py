@@ -1,12 +1,12 @@
 """The Square Attack's proposals in `keras.ops`, drawn inside the compiled step (`_square_device.py`).
 
 The same rules as the numpy reference `_square_proposals.py` (Linf Algorithm 1 with up to 8 sign redraws;
-L2 Algorithm 3), on images `(n, h, w, c)` of backend tensors. The window side changes with the
-schedule of `p`, so a window is a mask over the whole image (static shapes: one trace for every
-side); its side `(sh, sw)` and, for L2, its pattern `eta` (computed on the host by
-`_square_proposals.eta`, one per side of the schedule, placed at the canvas' corner) are looked up by
-the schedule's stage. Random numbers come from `backend.uniform` with the seed the state carries:
-the stream differs from numpy's, the distributions are the same.
+L2 Algorithm 3; L1 as AutoAttack's square.py), on images `(n, h, w, c)` of backend tensors. The
+window side changes with the schedule of `p`, so a window is a mask over the whole image (static
+shapes: one trace for every side); its side `(sh, sw)` and, for L2 and L1, its pattern `eta`
+(computed on the host by `_square_proposals.eta`, one per side of the schedule, placed at the canvas'
+corner) are looked up by the schedule's stage. Random numbers come from `backend.uniform` with the
+seed the state carries: the stream differs from numpy's, the distributions are the same.
 
 References:
     Andriushchenko, Croce, Flammarion & Hein (2020), "Square Attack: a query-efficient black-box
@@ -79,28 +79,53 @@ def _pattern(patterns, stage, orient, rows, cols):
     return ops.reshape(flat, (-1, h, w))
 
 
-def _sums(a):
-    """Per (sample, channel) L2 norms over the image `(n, 1, 1, c)`."""
+def _sums(a, norm=2):
+    """Per (sample, channel) L2 (or L1) norms over the image `(n, 1, 1, c)`."""
+    if norm == 1:
+        return ops.sum(ops.abs(a), axis=(1, 2), keepdims=True)
     return ops.sqrt(ops.sum(ops.square(a), axis=(1, 2), keepdims=True))
+
+
+def _two_windows(best, patterns, stage, sides, seed):
+    """Algorithm 3's two random windows and window 1's signed bump (the stage's pattern, a random sign per
+    channel): `(m1, m2, bump, seed)`, the masks float32 `(n, h, w, 1)`, the bump `(n, h, w, c)`."""
+    n, h, w, c = best.shape
+    u, seed = backend.uniform((n, 5 + c), seed)
+    mask1, rows, cols = window(u[:, 0], u[:, 1], sides[0], sides[1], h, w)
+    mask2, _, _ = window(u[:, 2], u[:, 3], sides[0], sides[1], h, w)
+    bump = _pattern(patterns, stage, ops.cast(u[:, 4] < 0.5, "int32"), rows, cols)
+    bump = ops.expand_dims(ops.where(mask1, bump, 0.0), -1)
+    signs = ops.reshape(ops.where(u[:, 5:] < 0.5, -1.0, 1.0), (n, 1, 1, c))
+    return _channels(mask1), _channels(mask2), bump * signs, seed
 
 
 def l2_proposal(best, x0, eps, patterns, stage, sides, seed, bounds):
     """Algorithm 3's update: window 2 emptied into window 1 (plus a bump of the stage's pattern with a
     random sign per channel), rescaled to norm eps, projected and clipped: `(candidate, seed)`."""
-    n, h, w, c = best.shape
-    u, seed = backend.uniform((n, 5 + c), seed)
-    mask1, rows, cols = window(u[:, 0], u[:, 1], sides[0], sides[1], h, w)
-    mask2, _, _ = window(u[:, 2], u[:, 3], sides[0], sides[1], h, w)
-    m1, m2 = _channels(mask1), _channels(mask2)
-    bump = _pattern(patterns, stage, ops.cast(u[:, 4] < 0.5, "int32"), rows, cols)
-    bump = ops.expand_dims(ops.where(mask1, bump, 0.0), -1)
-    signs = ops.reshape(ops.where(u[:, 5:] < 0.5, -1.0, 1.0), (n, 1, 1, c))
+    c = best.shape[-1]
+    m1, m2, bump, seed = _two_windows(best, patterns, stage, sides, seed)
     eps = ops.cast(eps, "float32")
     delta = best - x0
     norm_w1, norm_both = _sums(delta * m1), _sums(delta * ops.maximum(m1, m2))
     room = ops.maximum(eps**2 - ops.square(geometry.per_sample_norm_tensor(delta)), 0.0) / c
-    new = bump * signs + delta * m1 / (1e-10 + norm_w1)
+    new = bump + delta * m1 / (1e-10 + norm_w1)
     new = new / ops.maximum(_sums(new), geometry.TINY) * ops.sqrt(room + ops.square(norm_both))
     delta = ops.where(m1 > 0, new, ops.where(m2 > 0, 0.0, delta))
     delta = eps * delta / ops.maximum(geometry.per_sample_norm_tensor(delta), geometry.TINY)
     return geometry.project_and_clip_tensor(x0 + delta, x0, eps, 2, bounds), seed
+
+
+def l1_proposal(best, x0, eps, patterns, stage, sides, seed, bounds):
+    """AutoAttack's L1 update (`_square_proposals.l1_proposal`): window 1 gets the L1 bump plus its old
+    content, scaled to the budget left plus both windows' mass; window 2 is emptied; then the exact
+    projection onto the L1-ball and the box: `(candidate, seed)`."""
+    c = best.shape[-1]
+    m1, m2, bump, seed = _two_windows(best, patterns, stage, sides, seed)
+    eps = ops.cast(eps, "float32")
+    delta = best - x0
+    norm_w1, norm_both = _sums(delta * m1, 1), _sums(delta * ops.maximum(m1, m2), 1)
+    room = ops.maximum(eps - ops.sum(ops.abs(delta), axis=(1, 2, 3), keepdims=True), 0.0) / c
+    new = bump + delta * m1 / (1e-12 + norm_w1)
+    new = new / (1e-12 + _sums(new, 1)) * (room + norm_both) * c
+    delta = ops.where(m1 > 0, new, ops.where(m2 > 0, 0.0, delta))
+    return geometry.project_and_clip_tensor(x0 + delta, x0, eps, 1, bounds), seed
