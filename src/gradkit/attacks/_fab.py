@@ -5,13 +5,11 @@ import math
 import numpy as np
 
 from gradkit import _checks
-from gradkit.attacks._fab_device import fab_device
-from gradkit.attacks._prepare import owner
+from gradkit.attacks._fab_device import run_rows
 from gradkit.attacks._session import Session
-from gradkit.gradients import AttackGradient, cached
 
 RESTART_RADIUS = {np.inf: 0.3, 2.0: 1.0, 1.0: 5.0}  # AutoAttack's default eps, for [0, 1] inputs
-_VALUES_PER_CALL = 1 << 22  # the default batch: samples whose repeated rows hold at most this many values
+_STACKED_VALUES = 1 << 24  # input values of FAB-T's targets run together (64 MB per float32 array)
 
 
 def check_norm(norm):
@@ -65,31 +63,6 @@ def _check_classes(targeted, n_target_classes, n_classes):
         )
 
 
-def _objective(model, objective, output, rows):
-    """The cached "logit_diff" objective compiled for `rows` rows per call."""
-    options = dict(loss="logit_diff", combination=objective, targeted=True, output=output, batch_size=rows,
-                   temperature=1.0)  # fmt: skip
-
-    def factory():
-        return AttackGradient(owner(model), **options)
-
-    return cached(owner(model), "attack", factory, **options)
-
-
-def _batch(batch_size, n, n_rows, features):
-    """Samples per compiled call: `batch_size`, else min(256, next power of two >= n) capped so that
-    their `n_rows` repeated rows hold at most 2**22 input values."""
-    if batch_size:
-        return batch_size
-    cap = max(1, _VALUES_PER_CALL // max(n_rows * features, 1))
-    return max(1, min(256, cap, 1 << max(n - 1, 0).bit_length()))
-
-
-def _padded(a, size):
-    """`a` with copies of its first row appended up to `size` rows."""
-    return a if len(a) == size else np.concatenate([a, np.repeat(a[:1], size - len(a), axis=0)])
-
-
 def _random_start(x0, radius, norm, bounds, rng):
     """AutoAttack's restart: x0 plus a random direction of norm radius / 2 (Linf uniform, else gaussian)."""
     t = rng.uniform(-1, 1, x0.shape) if norm == np.inf else rng.standard_normal(x0.shape)
@@ -98,24 +71,15 @@ def _random_start(x0, radius, norm, bounds, rng):
     return start if bounds is None else np.clip(start, bounds[0], bounds[1]).astype(np.float32)
 
 
-def _run(session, model, idx, start, targets, args, options):
-    """One FAB run on the rows `idx` of the session from `start`: `(best, best_norm)` of those rows."""
-    n_classes, m = session.n_classes, len(idx)
-    n_rows = 1 if targets is not None else n_classes
-    batch = _batch(options["batch_size"], m, n_rows, math.prod(session.x0.shape[1:]))
-    size = -(-m // batch) * batch
-    x0, start = _padded(session.x0[idx], size), _padded(start, size)
-    labels = _padded(session.labels[idx], size)
-    rows = np.tile(np.arange(n_classes), size) if targets is None else _padded(targets[idx], size)
-    objective = _objective(model, options["objective"], options["output"], batch * n_rows)
-    best, best_norm = fab_device(
-        objective, x0, start, labels, rows.astype(np.int32), norm=args["norm"], steps=args["steps"],
-        bounds=session.clip_values, n_rows=n_rows, alpha_max=args["alpha_max"], eta=args["eta"],
-        beta=args["beta"], batch=batch,
-    )  # fmt: skip
-    session.n_gradients += m * n_rows * args["steps"]
-    session.n_forwards += m * args["steps"]
-    return best[:m], best_norm[:m]
+def _groups(ranks, n, features):
+    """The target columns run together (one run over their stacked rows; rows are independent, so the
+    same as one run per target with fewer calls), each group at most 2**24 input values; `[[None]]`
+    untargeted."""
+    if ranks is None:
+        return [[None]]
+    size = max(1, _STACKED_VALUES // max(n * features, 1))
+    columns = list(range(ranks.shape[1]))
+    return [columns[i : i + size] for i in range(0, len(columns), size)]
 
 
 def fab_run(model, x, y=None, *, norm=np.inf, eps=None, targeted=False, n_target_classes=9, steps=10,
@@ -132,21 +96,23 @@ def fab_run(model, x, y=None, *, norm=np.inf, eps=None, targeted=False, n_target
     x0, norm, eps = session.x0, args["norm"], args["eps"]
     correct = session.predict(x0) == session.labels
     best, best_norm = x0.copy(), np.where(correct, np.inf, 0.0)
-    targets = [None]
-    if args["targeted"]:
-        ranks = session.top_classes(args["n_target_classes"])
-        targets = [ranks[:, j] for j in range(ranks.shape[1])]
+    ranks = session.top_classes(args["n_target_classes"]) if args["targeted"] else None
     rng = np.random.default_rng(args["seed"])
-    for target in targets:
-        for restart in range(args["n_restarts"]):
+    for restart in range(args["n_restarts"]):
+        for group in _groups(ranks, len(x0), math.prod(x0.shape[1:])):
             idx = np.flatnonzero(correct if eps is None else correct & ~(best_norm <= eps))
             if not len(idx):
                 break
-            start = x0[idx]
+            rows = np.tile(idx, len(group))  # target-major: the rows of target j are rows j*m:(j+1)*m
+            targets = None if ranks is None else ranks[idx][:, group].T.reshape(-1)
+            start = x0[rows]
             if restart:
-                radius = np.minimum(best_norm[idx], RESTART_RADIUS[norm] if eps is None else eps)
+                radius = np.minimum(best_norm[rows], RESTART_RADIUS[norm] if eps is None else eps)
                 start = _random_start(start, radius, norm, session.clip_values, rng)
-            adv, size = _run(session, model, idx, start, target, args, options)
+            adv, size = run_rows(session, model, rows, start, targets, args, options)
+            adv, size = adv.reshape((len(group), len(idx)) + x0.shape[1:]), size.reshape(len(group), -1)
+            first, cols = size.argmin(axis=0), np.arange(len(idx))  # each point's closest target
+            adv, size = adv[first, cols], size[first, cols]
             better = size < best_norm[idx]
             best[idx[better]], best_norm[idx[better]] = adv[better], size[better]
     found = np.isfinite(best_norm) & correct

@@ -25,8 +25,11 @@ from keras import ops
 from gradkit import backend
 from gradkit.attacks import _engine as engine
 from gradkit.attacks._fab_projection import dual, lp_norm, project
+from gradkit.attacks._prepare import owner
+from gradkit.gradients import AttackGradient, cached
 
 _FAR = 1e30  # the ratio of the label's own row, never chosen
+_VALUES_PER_CALL = 1 << 22  # the default batch: samples whose repeated rows hold at most this many values
 
 
 def _rows_of(values, grad, y, n_rows):
@@ -118,3 +121,53 @@ def fab_device(objective, x0, start, labels, targets, *, norm, steps, bounds, n_
         best.append(backend.to_numpy(state["best"]).reshape((batch,) + x0.shape[1:]))
         best_norm.append(backend.to_numpy(state["best_norm"]))
     return np.concatenate(best), np.concatenate(best_norm)
+
+
+def _objective(model, objective, output, rows):
+    """The cached "logit_diff" objective compiled for `rows` rows per call."""
+    options = dict(loss="logit_diff", combination=objective, targeted=True, output=output, batch_size=rows,
+                   temperature=1.0)  # fmt: skip
+
+    def factory():
+        return AttackGradient(owner(model), **options)
+
+    return cached(owner(model), "attack", factory, **options)
+
+
+def _batch(batch_size, n, n_rows, features):
+    """Samples per compiled call: `batch_size`, else as `Session.default_batch` chooses rows (min(256,
+    next power of two >= n); on PyTorch, where a new row count costs only a trace of milliseconds, n
+    rounded up to `backend.ROW_QUANTUM`), capped so that their `n_rows` rows hold at most 2**22 input
+    values."""
+    if batch_size:
+        return batch_size
+    cap = max(1, _VALUES_PER_CALL // max(n_rows * features, 1))
+    quantum = backend.ROW_QUANTUM
+    wanted = -(-n // quantum) * quantum if quantum else min(256, 1 << max(n - 1, 0).bit_length())
+    return max(1, min(cap, wanted))
+
+
+def _padded(a, size):
+    """`a` with copies of its first row appended up to `size` rows."""
+    return a if len(a) == size else np.concatenate([a, np.repeat(a[:1], size - len(a), axis=0)])
+
+
+def run_rows(session, model, idx, start, targets, args, options):
+    """One FAB run on the rows `idx` of the session (repeats allowed) from `start`, towards `targets`
+    (aligned with `idx`; None untargeted): `(best, best_norm)` of those rows; the cost is counted."""
+    n_classes, m = session.n_classes, len(idx)
+    n_rows = 1 if targets is not None else n_classes
+    batch = _batch(options["batch_size"], m, n_rows, math.prod(session.x0.shape[1:]))
+    size = -(-m // batch) * batch
+    x0, start = _padded(session.x0[idx], size), _padded(start, size)
+    labels = _padded(session.labels[idx], size)
+    rows = np.tile(np.arange(n_classes), size) if targets is None else _padded(targets, size)
+    objective = _objective(model, options["objective"], options["output"], batch * n_rows)
+    best, best_norm = fab_device(
+        objective, x0, start, labels, rows.astype(np.int32), norm=args["norm"], steps=args["steps"],
+        bounds=session.clip_values, n_rows=n_rows, alpha_max=args["alpha_max"], eta=args["eta"],
+        beta=args["beta"], batch=batch,
+    )  # fmt: skip
+    session.n_gradients += m * n_rows * args["steps"]
+    session.n_forwards += m * args["steps"]
+    return best[:m], best_norm[:m]
