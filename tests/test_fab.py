@@ -251,3 +251,21 @@ def test_fab_t_robust_accuracy_matches_torchattacks_multi_targeted(digits_cnn):
     print(f"FAB-T eps 0.1: robust accuracy gradkit {ours:.3f}, torchattacks {theirs:.3f}")
     assert np.mean(decide(model, x) == y) - ours > 0.2  # the attack does something on this model
     assert abs(ours - theirs) <= 0.01
+
+
+def test_a_boosted_model_is_attacked_through_its_ensemble_and_judged_by_its_vote(points):
+    def learner():
+        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="tanh"),
+                                  keras.layers.Dense(3)])  # fmt: skip
+        model.compile(optimizer=keras.optimizers.Adam(0.05), loss=LOGITS_CE)
+        return model
+
+    labels = (points[:, 0] + points[:, 1] > 1.0).astype(int) + (points[:, 2] > 0.6)
+    est = gradkit.SAMME(learner, n_estimators=2, fit_kwargs={"epochs": 20, "verbose": 0}, random_state=0,
+                        verbose=0).fit(points, labels)  # fmt: skip
+    y = decide(est, points)
+    x_adv, norms, success, _ = fab_run(est, points, y, norm=2, steps=10, clip_values=(0, 1))
+    assert success.sum() >= 3
+    np.testing.assert_array_equal(decide(est, x_adv)[success] != y[success], True)
+    np.testing.assert_array_equal(est.predict(x_adv)[success] != y[success], True)
+    np.testing.assert_allclose(norms[success], lp(x_adv - points, 2)[success], rtol=1e-6)
