@@ -31,6 +31,7 @@ _EXPORTS = {
     "bim": "gradkit.attacks",
     "pgd": "gradkit.attacks",
     "apgd": "gradkit.attacks",
+    "fab": "gradkit.attacks",
     "square": "gradkit.attacks",
     "fmn": "gradkit.attacks",
     "ddn": "gradkit.attacks",

@@ -20,6 +20,7 @@ References:
 from gradkit.attacks._apgd_attack import apgd
 from gradkit.attacks._bim import bim
 from gradkit.attacks._ddn import ddn
+from gradkit.attacks._fab import fab
 from gradkit.attacks._fgsm import fgsm
 from gradkit.attacks._fmn import fmn
 from gradkit.attacks._geometry import TINY
@@ -46,6 +47,7 @@ __all__ = [
     "bim",
     "ddn",
     "decide",
+    "fab",
     "default_eps_step",
     "direction_tensor",
     "gradient_for",

@@ -17,11 +17,12 @@ from gradkit.attacks import NAMES, is_ensemble
 from gradkit.gradients import as_ensemble, check_labels, check_x, n_outputs, output_index, resolve_loss
 
 STANDARD = ("apgd-ce", "apgd-t", "square")
-GRADIENT = ("apgd-ce", "apgd-dlr", "apgd-t", "pgd", "bim", "fgsm")
-ITERATIVE = ("apgd-ce", "apgd-dlr", "apgd-t", "pgd", "bim")
+GRADIENT = ("apgd-ce", "apgd-dlr", "apgd-t", "fab-t", "pgd", "bim", "fgsm")
+ITERATIVE = ("apgd-ce", "apgd-dlr", "apgd-t", "fab-t", "pgd", "bim")
 OBJECTIVES = ("loss_sum", "logit_mean", "prob_mean", "vote_margin")
 ENSEMBLE_OBJECTIVES = ("loss_sum", "vote_margin")
-_MIN_CLASSES = {"apgd-dlr": 3, "apgd-t": 4}  # the DLR loss divides by gaps between sorted logits
+_MIN_CLASSES = {"apgd-dlr": 3, "apgd-t": 4, "fab-t": 3}  # DLR divides by gaps between sorted logits
+_WHY = {"fab-t": "FAB-T, targeted at classes other than the label,"}
 # AutoAttack's L1 standard version (autoattack.py, set_version): the decreasing-eps schedule, 5 restarts
 # of APGD-CE, 5 target classes of APGD-T (Croce & Hein 2021, sec. 3.2 and 4)
 L1_OPTIONS = {
@@ -142,8 +143,8 @@ def _check_classes(entries, classes):
         if classes and classes < needed:
             _checks.fail(
                 "attacks",
-                f"free of {entry.attack!r} for a model of {classes} classes (its DLR "
-                f"loss needs at least {needed})",
+                f"free of {entry.attack!r} for a model of {classes} classes "
+                f"({_WHY.get(entry.attack, 'its DLR loss')} needs at least {needed})",
                 entry.name,
             )
 

@@ -89,11 +89,17 @@ class AttackGradient:
     def _values(self, *args):
         return self._objective(*args)[1]
 
-    def _objective(self, trainables, non_trainables, x, y, weights):
+    def member_logits(self, trainables, non_trainables, x):
+        """Every member's logits `[(n, C)] * K` at backend tensors `x`, inside a compiled step (the
+        variable values as `step_function` receives them; FAB reads the decision at its new iterate)."""
         logits = []
         for k, (model, is_logits) in enumerate(self._forward):
             out, _ = backend.stateless_call(model, trainables[k], non_trainables[k], x, **self._kwargs)
             logits.append(_objectives.as_logits(select_output(out, self._keys[k]), is_logits))
+        return logits
+
+    def _objective(self, trainables, non_trainables, x, y, weights):
+        logits = self.member_logits(trainables, non_trainables, x)
         labels, targets = y
         values = _objectives.combine(
             logits, weights["alpha"], labels, targets, loss=self.loss, combination=self.combination,
