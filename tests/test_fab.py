@@ -177,7 +177,6 @@ def no_step(*args, **kwargs):
         (dict(norm=0), "`norm` must be np.inf"),
         (dict(eps=-0.1), "`eps` must be"),
         (dict(n_target_classes=0), "`n_target_classes` must be"),
-        (dict(targeted=True, n_target_classes=4), "`n_target_classes` must be <= 3"),
         (dict(steps=0), "`steps` must be"),
         (dict(alpha_max=1.5), "`alpha_max` must be"),
         (dict(eta=0.0), "`eta` must be"),
@@ -269,3 +268,10 @@ def test_a_boosted_model_is_attacked_through_its_ensemble_and_judged_by_its_vote
     np.testing.assert_array_equal(decide(est, x_adv)[success] != y[success], True)
     np.testing.assert_array_equal(est.predict(x_adv)[success] != y[success], True)
     np.testing.assert_allclose(norms[success], lp(x_adv - points, 2)[success], rtol=1e-6)
+
+
+def test_more_targets_than_other_classes_means_all_of_them(mlp, points):
+    labels = mlp.predict(points, verbose=0).argmax(axis=1)
+    many = fab_run(mlp, points, labels, targeted=True, n_target_classes=9, steps=3, clip_values=(0, 1))
+    three = fab_run(mlp, points, labels, targeted=True, n_target_classes=3, steps=3, clip_values=(0, 1))
+    np.testing.assert_array_equal(many[1], three[1])  # as APGD-T: C - 1 targets at most

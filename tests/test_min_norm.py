@@ -171,11 +171,15 @@ def test_bad_input_is_refused_before_any_work(call, error, match):
         call(linear())
 
 
-def test_fab_by_name_is_looked_up_at_call_time():
-    if hasattr(gradkit.attacks, "fab"):
-        pytest.skip("gradkit.attacks.fab exists: min_norm uses it")
-    with pytest.raises(ValueError, match="unavailable"):
-        gradkit.min_norm(linear(), X, [0] * 12, norm=2, attacks=("fab",))
+@pytest.mark.parametrize("norm", [2, np.inf, 1])
+def test_fab_in_min_norm_reaches_the_closed_form_and_the_minimum_is_kept(norm):
+    model = curved()
+    y = labels(model)
+    fab = gradkit.min_norm(model, X, y, norm=norm, attacks="fab", steps=30, clip_values=(0, 1))
+    np.testing.assert_allclose(fab.norms, exact(X, y, norm), rtol=0.01)
+    both = gradkit.min_norm(model, X, y, norm=norm, attacks=("fmn", "fab"), steps=30, clip_values=(0, 1))
+    assert np.all(both.norms <= fab.norms) and set(both.best_attack) <= {"fmn", "fab"}
+    np.testing.assert_allclose(lp(both.x_adv - X, norm), both.norms, rtol=1e-5)
 
 
 def test_l1_and_l0_projections_by_hand():

@@ -56,11 +56,6 @@ def _check_classes(targeted, n_target_classes, n_classes):
             f"`targeted`=True (FAB-T) needs at least 3 classes (with 2 the only target is the untargeted "
             f"attack); the model has {n_classes}. Use targeted=False."
         )
-    if n_target_classes > n_classes - 1:
-        raise ValueError(
-            f"`n_target_classes` must be <= {n_classes - 1} (the classes other than the label) for a model "
-            f"of {n_classes} classes. Received: n_target_classes={n_target_classes}"
-        )
 
 
 def _random_start(x0, radius, norm, bounds, rng):
@@ -82,7 +77,7 @@ def _groups(ranks, n, features):
     return [columns[i : i + size] for i in range(0, len(columns), size)]
 
 
-def fab_run(model, x, y=None, *, norm=np.inf, eps=None, targeted=False, n_target_classes=9, steps=10,
+def fab_run(model, x, y=None, *, norm=np.inf, eps=None, targeted=False, n_target_classes=9, steps=100,
             n_restarts=1, alpha_max=0.1, eta=1.05, beta=0.9, clip_values=None, batch_size=None, seed=0,
             output=None, objective="loss_sum"):  # fmt: skip
     """`gradkit.fab` returning `(x_adv, norms, success, session)`: norms float64 `(n,)` of the smallest
@@ -96,7 +91,8 @@ def fab_run(model, x, y=None, *, norm=np.inf, eps=None, targeted=False, n_target
     x0, norm, eps = session.x0, args["norm"], args["eps"]
     correct = session.predict(x0) == session.labels
     best, best_norm = x0.copy(), np.where(correct, np.inf, 0.0)
-    ranks = session.top_classes(args["n_target_classes"]) if args["targeted"] else None
+    n_targets = min(args["n_target_classes"], session.n_classes - 1)  # never the label, as APGD-T
+    ranks = session.top_classes(n_targets) if args["targeted"] else None
     rng = np.random.default_rng(args["seed"])
     for restart in range(args["n_restarts"]):
         for group in _groups(ranks, len(x0), math.prod(x0.shape[1:])):
@@ -123,7 +119,7 @@ def fab_run(model, x, y=None, *, norm=np.inf, eps=None, targeted=False, n_target
     return x_adv.astype(np.float32), norms, success, session
 
 
-def fab(model, x, y=None, *, norm=np.inf, eps=None, targeted=False, n_target_classes=9, steps=10,
+def fab(model, x, y=None, *, norm=np.inf, eps=None, targeted=False, n_target_classes=9, steps=100,
         n_restarts=1, alpha_max=0.1, eta=1.05, beta=0.9, clip_values=None, batch_size=None, seed=0,
         output=None, objective="loss_sum"):  # fmt: skip
     """Fast Adaptive Boundary attack (Croce & Hein 2020): per sample, the smallest adversarial example
@@ -156,9 +152,9 @@ def fab(model, x, y=None, *, norm=np.inf, eps=None, targeted=False, n_target_cla
             float >= 0: the eps-bounded attack (a point counts as broken once its example lies in the
             eps-ball, and later runs attack only the points still robust, as AutoAttack).
         targeted: False (default) or True (FAB-T; needs >= 3 classes).
-        n_target_classes: targets of FAB-T, int in [1, C - 1]. Defaults to 9 (AutoAttack's value).
-        steps: iterations per run, int >= 1. Defaults to 10 (`gradkit.evaluate`'s "fab-t" runs 100,
-            AutoAttack's value).
+        n_target_classes: targets of FAB-T, int >= 1; more than C - 1 means C - 1 (as APGD-T). Defaults
+            to 9 (AutoAttack's value).
+        steps: iterations per run, int >= 1. Defaults to 100 (AutoAttack's and adv-lib's value).
         n_restarts: runs per target (the first from `x`), int >= 1. Defaults to 1.
         alpha_max: the largest weight of the step from `x0`, in [0, 1]. Defaults to 0.1.
         eta: overshoot of the projections, > 0. Defaults to 1.05.

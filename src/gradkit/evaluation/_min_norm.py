@@ -43,15 +43,11 @@ class MinNormResult:
 
 
 def attack_for(name, norm):
-    """The attack function `name` ("fmn", "ddn", "fab") after checking that it takes `norm`; FAB is
-    looked up at call time (`gradkit.attacks.fab`)."""
+    """The attack function `name` ("fmn", "ddn", "fab": `gradkit.attacks.<name>`) after checking that it
+    takes `norm`."""
     _checks.check_choice(name, "attacks", NAMES)
     _checks.check_norm(norm, allowed=_NORMS[name], attack=name.upper())
-    fn = getattr(_attacks, name, None)
-    if fn is None:
-        raise ValueError(f"The attack {name!r} is unavailable in this version of gradkit "
-                         f"(gradkit.attacks has no {name!r}); use 'fmn' or 'ddn'.")  # fmt: skip
-    return fn
+    return getattr(_attacks, name)
 
 
 def _check(attack_names, norm, options):
