@@ -21,6 +21,7 @@ _PANELS = (
     ("update / parameter norm", ("update_ratio",)),
     ("max |gradient|", ("grad_max",)),
     ("non-finite entries, zero fraction", ("grad_nonfinite", "grad_zero_fraction")),
+    ("gradient noise scale B_simple", ("noise_scale",)),
 )
 _BAND = (10**-3.5, 10**-2.5)  # around the usual healthy update ratio, 1e-3
 
@@ -95,8 +96,8 @@ def plot_training_diagnostics(history, path, *, clip_threshold=None, title=None)
     Panels (only those whose keys the history has): raw `grad_norm` and `grad_norm_clipped` on one axis
     with the clip threshold; `clip_fraction`; `param_norm`; `update_norm`; `update_ratio` (log scale,
     with a band from 10^-3.5 to 10^-2.5 around the usual healthy 1e-3); `grad_max`; `grad_nonfinite`
-    and `grad_zero_fraction`. On each, the global value is a thick black line and each layer's
-    (`"<key>/<layer>"`) a thin line labelled with the layer's name. A panel whose positive values span
+    and `grad_zero_fraction`; `noise_scale` (B_simple, in rows). On each, the global value is a thick
+    black line and each layer's (`"<key>/<layer>"`) a thin line labelled with the layer's name. A panel whose positive values span
     more than two decades gets a log scale.
 
     Args:

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 
 from gradkit import _checks, _keras_internals
-from gradkit.monitor._groups import check_every_n_steps, check_include
+from gradkit.monitor._groups import check_every_n_steps, check_include, noise_slots
 from gradkit.monitor._tracking import (
     inner_optimizer,
     track_gradient_norm,
@@ -25,7 +25,8 @@ class GradientNormCallback(keras.callbacks.Callback):
     error grows with its step index n within the epoch, to about 2e-7 * n * mean_n (1e-5 of the mean at
     step 50, 2e-4 at step 1000; in float64, 1e-16 * n * mean_n); after a NaN or inf step, the rest of
     the epoch's step values are NaN (its epoch mean is NaN/inf anyway). With `steps_per_execution=k`,
-    one value per k steps: their mean. Nothing is read from the model during the epoch, so the callback
+    one value per k steps: their mean. `noise_scale` is logged as the smoothed value after each step,
+    and kept as logged. Nothing is read from the model during the epoch, so the callback
     is `async_safe` and keeps Keras' asynchronous callback dispatch on.
     One instance may serve several `fit` calls: values accumulate. When training ends the model is
     left as the callback found it: untracked, or tracked as it was before (`track_gradient_norm`).
@@ -35,7 +36,7 @@ class GradientNormCallback(keras.callbacks.Callback):
     Args:
         per_layer: also log `"<key>/<layer name>"` per top-level layer. Defaults to False.
         include: the groups of keys, as in `track_gradient_norm` ("norm", "clipped", "params",
-            "updates", "health", or "all"). Defaults to ("norm",).
+            "updates", "health", "noise_scale", or "all"). Defaults to ("norm",).
         every_n_steps: int >= 1, record every n-th applied update only. Defaults to 1.
 
     Attributes:
@@ -48,7 +49,8 @@ class GradientNormCallback(keras.callbacks.Callback):
         TypeError: `per_layer` is not a bool; `include` is not a string or a list of strings;
             `every_n_steps` is not an int.
         ValueError: an unknown group in `include`; `every_n_steps < 1`; (when `fit` starts)
-            `per_layer=True` on a model without a trainable top-level layer.
+            `per_layer=True` on a model without a trainable top-level layer; (at the first step, before
+            any update) "noise_scale" with batches of one row.
 
     References:
         Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent neural networks",
@@ -86,6 +88,7 @@ class GradientNormCallback(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self._means, self._names = {}, tracked_metric(self.model).names
+        self._smoothed = noise_slots(self._names)
         optimizer = inner_optimizer(self.model.optimizer)
         self._accumulate = int(getattr(optimizer, "gradient_accumulation_steps", None) or 1)
         # Optimizer steps before this epoch, to know which steps are recorded.
@@ -111,7 +114,9 @@ class GradientNormCallback(keras.callbacks.Callback):
             mean = np.asarray(self._means[batch], np.float64)
             if counted > done:
                 total = mean * counted - (0.0 if previous is None else previous * done)
-                rows.append(total / (counted - done))
+                row = total / (counted - done)
+                row[self._smoothed] = mean[self._smoothed]  # logged as the step's own value
+                rows.append(row)
                 done, previous = counted, mean
         self.epochs.append(int(epoch))
         for i, name in enumerate(self._names):

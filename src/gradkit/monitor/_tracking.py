@@ -8,7 +8,14 @@ applied update. The semantics of the logged value are in the `gradkit.monitor` d
 from gradkit import _checks, _keras_internals, backend
 from gradkit.gradients import check_model
 from gradkit.monitor._gradient_norm import layer_groups, norm_layers
-from gradkit.monitor._groups import check_every_n_steps, check_include, log_names, needs_weights
+from gradkit.monitor._groups import (
+    check_every_n_steps,
+    check_include,
+    log_names,
+    needs_halves,
+    needs_weights,
+    noise_slots,
+)
 from gradkit.monitor._step_norms import GradientNormMetric, NormValues
 from gradkit.monitor._step_stats import StepStatistics
 
@@ -103,7 +110,7 @@ def _stats_fn(model, layers, context, groups, every_n_steps):
     """Any groups, any `every_n_steps`: `StepStatistics` inside `backend.cond` on sampled steps."""
     cache = {}
 
-    def stats_fn(grads, scale, before=None, after=None):
+    def stats_fn(grads, scale, before=None, after=None, halves=None):
         optimizer = inner_optimizer(model.optimizer)
         key = (len(grads), id(optimizer))
         if key not in cache:  # built at trace time (TF, JAX); once per model state (torch)
@@ -113,9 +120,14 @@ def _stats_fn(model, layers, context, groups, every_n_steps):
         stats = cache[key]
 
         def compute():
+            half = None
+            if halves is not None:  # the halves' gradient: traced into this branch only
+                g1, b1, b = halves()
+                check_rows(b)
+                half = (grads, g1, b1, b, scale)
             if context.get("steps"):
-                return stats(_applied_gradients(grads, scale, context), None, before, after)
-            return stats(grads, scale, before, after)
+                return stats(_applied_gradients(grads, scale, context), None, before, after, half)
+            return stats(grads, scale, before, after, half)
 
         if "iteration" not in context:
             return compute()
@@ -127,6 +139,17 @@ def _stats_fn(model, layers, context, groups, every_n_steps):
         return sampled(context["iteration"], context["steps"], every_n_steps)
 
     stats_fn.needs_weights, stats_fn.sampled = needs_weights(groups), is_sampled
+    seen = {"full": False}  # a batch of 2 or more rows was seen
+
+    def check_rows(b):
+        """A batch of fewer than 2 rows (known when traced, or eagerly) before any of 2 or more: error."""
+        if isinstance(b, int) and b >= 2:
+            seen["full"] = True
+        elif isinstance(b, int) and not seen["full"]:
+            expected = "without 'noise_scale' for batches of fewer than 2 rows (the noise scale compares "
+            _checks.fail("include", expected + f"the gradients of a batch's two halves; one has {b})", groups)
+
+    stats_fn.needs_halves, stats_fn.check_rows = needs_halves(groups), check_rows
     return stats_fn
 
 
@@ -164,7 +187,8 @@ def track_gradient_norm(model, per_layer=False, include=("norm",), every_n_steps
             Defaults to False.
         include: a group name or a list of them among "norm" (`grad_norm`), "clipped"
             (`grad_norm_clipped`, `clip_fraction`), "params" (`param_norm`), "updates" (`update_norm`,
-            `update_ratio`), "health" (`grad_max`, `grad_nonfinite`, `grad_zero_fraction`), or "all".
+            `update_ratio`), "health" (`grad_max`, `grad_nonfinite`, `grad_zero_fraction`), "noise_scale"
+            (`noise_scale`, B_simple; one more pass over half of each recorded batch), or "all".
             Defaults to ("norm",).
         every_n_steps: int >= 1, record the values of every n-th applied update only (the first, the
             (n+1)-th, ...; counted by the optimizer's iterations, across `fit` calls); the other steps
@@ -177,7 +201,9 @@ def track_gradient_norm(model, per_layer=False, include=("norm",), every_n_steps
         TypeError: `model` is not a `keras.Model`; `per_layer` is not a bool; `include` is not a
             string or a list of strings; `every_n_steps` is not an int.
         ValueError: `per_layer=True` on an unbuilt model or on one without a trainable layer; an
-            unknown group in `include`; `every_n_steps < 1`.
+            unknown group in `include`; `every_n_steps < 1`; (at the first training step, before any
+            update) "noise_scale" with a batch of one row. On JAX, Keras' `fit` then leaves the
+            model's variables in its step state: build the model anew.
 
     Example:
         >>> gradkit.track_gradient_norm(model, include=("norm", "updates"))     # doctest: +SKIP
@@ -201,7 +227,7 @@ def track_gradient_norm(model, per_layer=False, include=("norm",), every_n_steps
     if metric is not None and installed is metric and metric.config == config:
         return model
     untrack_gradient_norm(model)
-    metric = GradientNormMetric(names)
+    metric = GradientNormMetric(names, noise_slots=noise_slots(names))
     object.__setattr__(metric, "config", config)  # not a tracked attribute
     _keras_internals.set_tracked_attribute(model, _ATTR, metric)
     model.train_step, model.test_step = _make_steps(model, metric, layers, groups, every_n_steps)
