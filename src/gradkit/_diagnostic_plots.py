@@ -97,8 +97,8 @@ def plot_training_diagnostics(history, path, *, clip_threshold=None, title=None)
     with the clip threshold; `clip_fraction`; `param_norm`; `update_norm`; `update_ratio` (log scale,
     with a band from 10^-3.5 to 10^-2.5 around the usual healthy 1e-3); `grad_max`; `grad_nonfinite`
     and `grad_zero_fraction`; `noise_scale` (B_simple, in rows). On each, the global value is a thick
-    black line and each layer's (`"<key>/<layer>"`) a thin line labelled with the layer's name. A panel whose positive values span
-    more than two decades gets a log scale.
+    black line and each layer's (`"<key>/<layer>"`) a thin line labelled with the layer's name. A panel
+    whose positive values span more than two decades gets a log scale.
 
     Args:
         history: a `keras.callbacks.History` (what `fit` returns) or a dict `{key: per-epoch values}`.
