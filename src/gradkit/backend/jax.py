@@ -143,6 +143,12 @@ def values_before_step(model, args, variables):
     return [optimizer_values[ids.index(id(v))] for v in variables]
 
 
+def metric_values_before_step(model, args, variables):
+    """The values of metric `variables` before the step `train_step(*args)` (`args[0][3]`)."""
+    ids = [id(v) for v in model.metrics_variables]
+    return [args[0][3][ids.index(id(v))] for v in variables]
+
+
 def _loss_scale(optimizer, optimizer_values):
     if hasattr(optimizer, "dynamic_scale"):
         index = [id(v) for v in optimizer.variables].index(id(optimizer.dynamic_scale))

@@ -31,8 +31,7 @@ from gradkit.errors import DisconnectedGradientError
 
 ROW_QUANTUM = 32  # rows of a call are padded to a multiple of this (a new trace costs milliseconds here)
 EAGER = True
-# On CPU the in-step norms are summed on the host (see `group_norms`); False keeps them in tensors
-# there too, as on an accelerator (the tests run that path on CPU this way).
+# On CPU the in-step norms are summed on the host (`group_norms`); False: in tensors, as on an accelerator.
 _HOST_ON_CPU = True
 
 # Autograd nodes whose derivative is zero: a loss that reaches its inputs only through them does not
@@ -167,8 +166,7 @@ def group_norms(grads, matrix, last):
     return torch.mv(matrix, torch.stack(squares)).sqrt_()
 
 
-def _rows(matrix):
-    """The column indices of the ones in each row of the constant 0/1 `matrix`, kept on the tensor."""
+def _rows(matrix):  # the column indices of the ones in each row of the constant 0/1 `matrix`
     rows = getattr(matrix, "_gradkit_rows", None)
     if rows is None:
         rows = matrix._gradkit_rows = [torch.nonzero(row).flatten().tolist() for row in matrix]

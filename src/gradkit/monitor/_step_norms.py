@@ -92,9 +92,15 @@ class GradientNormMetric(keras.metrics.Metric):
         noise_slots: the indices in `names` of the noise-scale keys. Defaults to none.
     """
 
-    def __init__(self, names, name=PREFIX, noise_slots=()):
+    def __init__(self, names, name=PREFIX, noise_slots=(), hist_size=0):
         super().__init__(name=name, dtype="float32")
         self.names, self.noise_slots = list(names), [int(i) for i in noise_slots]
+        self.hist_size = int(hist_size)
+        if self.hist_size:  # the last captured histogram table, and the iteration to capture from
+            self.hist = self.add_variable(shape=(self.hist_size,), initializer="zeros", name="hist")
+            inf = keras.initializers.Constant(float("inf"))
+            self.hist_from = self.add_variable(shape=(), initializer=inf, name="hist_from")
+        object.__setattr__(self, "_host_hist", None)
         self.sums = self.add_variable(shape=(len(self.names) + 1,), initializer="zeros", name="sums")
         nan = keras.initializers.Constant(float("nan"))
         self.last = self.add_variable(shape=(len(self.names),), initializer=nan, name="last")
@@ -135,8 +141,29 @@ class GradientNormMetric(keras.metrics.Metric):
         )
         return ops.concatenate([filled, values[-1:]])
 
+    def _histograms(self, values):
+        """Keeps the step's histogram table where its `due` flag is set; the values without them."""
+        h = self.hist_size
+        if isinstance(values, list):
+            if values[-2] > 0:
+                object.__setattr__(self, "_host_hist", list(values[-(h + 2) : -2]))
+                self.hist_from.assign(float("inf"))
+            return values[: -(h + 2)] + values[-1:]
+        due = values[-2] > 0
+        self.hist.assign(keras.ops.where(due, values[-(h + 2) : -2], self.hist.value))
+        self.hist_from.assign(keras.ops.where(due, float("inf"), self.hist_from.value))
+        return keras.ops.concatenate([values[: -(h + 2)], values[-1:]])
+
+    def histogram_table(self):
+        """The last captured histogram table (numpy float64), as `_histograms.table` made it."""
+        if self._host_hist is not None:
+            return np.asarray(self._host_hist, np.float64)
+        return np.asarray(keras.ops.convert_to_numpy(self.hist.value), np.float64)
+
     def update_state(self, values):
         """Adds one step's values (from `NormValues`, or a list of k + 1 floats)."""
+        if self.hist_size:
+            values = self._histograms(values)
         if self.noise_slots:
             values = self._noise(values)
         if isinstance(values, list):
@@ -160,4 +187,9 @@ class GradientNormMetric(keras.metrics.Metric):
         return list(self.names)
 
     def get_config(self):
-        return {"names": self.names, "name": self.name, "noise_slots": self.noise_slots}
+        return {
+            "names": self.names,
+            "name": self.name,
+            "noise_slots": self.noise_slots,
+            "hist_size": self.hist_size,
+        }

@@ -7,6 +7,7 @@ applied update. The semantics of the logged value are in the `gradkit.monitor` d
 
 from gradkit import _checks, _keras_internals, backend
 from gradkit.gradients import check_model
+from gradkit.monitor import _histograms
 from gradkit.monitor._gradient_norm import layer_groups, norm_layers
 from gradkit.monitor._groups import (
     check_every_n_steps,
@@ -17,14 +18,10 @@ from gradkit.monitor._groups import (
     noise_slots,
 )
 from gradkit.monitor._step_norms import GradientNormMetric, NormValues
+from gradkit.monitor._step_state import applied_gradients, inner_optimizer, sampled, step_state  # noqa: F401
 from gradkit.monitor._step_stats import StepStatistics
 
 _ATTR = "_gradkit_grad_norm"
-
-
-def inner_optimizer(optimizer):
-    """The optimizer that applies the update (inside a `LossScaleOptimizer`, the wrapped one)."""
-    return getattr(optimizer, "inner_optimizer", optimizer)
 
 
 def tracked_metric(model):
@@ -52,43 +49,6 @@ def untrack_gradient_norm(model):
     return model
 
 
-def _step_state(model, args, every_n_steps):
-    """Before a step, what sampling and an accumulated update need: {steps, acc, iteration}, or {}."""
-    optimizer = inner_optimizer(model.optimizer)
-    steps = getattr(optimizer, "gradient_accumulation_steps", None)
-    if not steps and every_n_steps == 1:
-        return {}
-    state = {"steps": steps, "acc": None, "iteration": 0}  # unbuilt optimizer: nothing accumulated yet
-    accumulators = _keras_internals.accumulated_gradients(optimizer) if steps else None
-    iterations = _keras_internals.optimizer_iterations(optimizer)
-    if accumulators and len(accumulators) == len(model.trainable_variables):
-        *acc, iteration = backend.values_before_step(model, args, [*accumulators, iterations])
-        state.update(acc=acc, iteration=iteration)
-    elif optimizer.built or backend.NAME != "jax":  # the counter exists before the optimizer is built
-        # (JAX's step state holds it only once it is); a traced step must read it, not fix it at 0.
-        (state["iteration"],) = backend.values_before_step(model, args, [iterations])
-    if backend.EAGER:  # PyTorch decides on the host whether the step is sampled
-        state["iteration"] = int(state["iteration"])
-    return state
-
-
-def sampled(iteration, steps, every_n_steps):
-    """Whether the step after `iteration` optimizer iterations is recorded (int or integer tensor in,
-    bool or boolean tensor out): it applies an update (every `steps`-th step under gradient
-    accumulation, else every step) whose index among the updates is a multiple of `every_n_steps`."""
-    steps = steps or 1
-    return ((iteration + 1) % steps == 0) & (((iteration + 1) // steps - 1) % every_n_steps == 0)
-
-
-def _applied_gradients(grads, scale, context):
-    """The gradient of an accumulated update: the mean of the `steps` accumulated ones (read before the
-    step into `context`) and this step's, unscaled."""
-    n, acc = context["steps"], context["acc"] or [None] * len(grads)
-    if scale is not None:
-        grads = [g if g is None else g / scale for g in grads]
-    return [g if g is None else (g + (0.0 if a is None else a)) / n for g, a in zip(grads, acc)]
-
-
 def _norms_fn(model, layers, context):
     """Today's `grad_norm` alone, every step: `NormValues` (zeros on steps that only accumulate)."""
     cache = {}
@@ -100,13 +60,13 @@ def _norms_fn(model, layers, context):
         values_of = cache[len(grads)]
         if not context.get("steps"):
             return values_of(grads, scale)
-        grads = _applied_gradients(grads, scale, context)
+        grads = applied_gradients(grads, scale, context)
         return backend.applied_norms(values_of(grads), context["iteration"], context["steps"])
 
     return norms_fn
 
 
-def _stats_fn(model, layers, context, groups, every_n_steps):
+def _stats_fn(model, layers, context, groups, every_n_steps, histograms=False):
     """Any groups, any `every_n_steps`: `StepStatistics` inside `backend.cond` on sampled steps."""
     cache = {}
 
@@ -117,7 +77,8 @@ def _stats_fn(model, layers, context, groups, every_n_steps):
             cache.clear()
             shapes = [v.shape for v in model.trainable_variables]
             cache[key] = StepStatistics(groups, layer_groups(model, layers), shapes, optimizer)
-        stats = cache[key]
+            cache["hist"] = _histograms.layers_of(model)[1] if histograms else None
+        stats, hist_rows = cache[key], cache["hist"]
 
         def compute():
             half = None
@@ -126,12 +87,21 @@ def _stats_fn(model, layers, context, groups, every_n_steps):
                 check_rows(b)
                 half = (grads, g1, b1, b, scale)
             if context.get("steps"):
-                return stats(_applied_gradients(grads, scale, context), None, before, after, half)
-            return stats(grads, scale, before, after, half)
+                applied = applied_gradients(grads, scale, context)
+                values = stats(applied, None, before, after, half)
+            else:
+                applied = grads if scale is None else [g if g is None else g / scale for g in grads]
+                values = stats(grads, scale, before, after, half)
+            if hist_rows is None:
+                return values
+            return _histograms.appended(
+                values, context, applied, hist_rows, [v.shape for v in model.trainable_variables]
+            )
 
+        size = stats.size + (_histograms.size(len(hist_rows)) if hist_rows is not None else 0)
         if "iteration" not in context:
             return compute()
-        return backend.cond(stats_fn.sampled(), compute, stats.size)
+        return backend.cond(stats_fn.sampled(), compute, size)
 
     def is_sampled():
         if "iteration" not in context:
@@ -157,15 +127,15 @@ def _make_steps(model, metric, layers, groups, every_n_steps):
     """The wrapped train/test steps; the train step first reads the state sampling and an accumulated
     update need."""
     context = {}
-    if groups == ("norm",) and every_n_steps == 1:
+    if groups == ("norm",) and every_n_steps == 1 and not metric.hist_size:
         norms_fn = _norms_fn(model, layers, context)
     else:
-        norms_fn = _stats_fn(model, layers, context, groups, every_n_steps)
+        norms_fn = _stats_fn(model, layers, context, groups, every_n_steps, bool(metric.hist_size))
     wrapped_train, test_step = backend.wrap_train_step(model, metric, norms_fn)
 
     def train_step(*args):  # the backend's step arguments, handed back to it unread
         context.clear()
-        context.update(_step_state(model, args, every_n_steps))
+        context.update(step_state(model, args, every_n_steps, metric))
         return wrapped_train(*args)
 
     train_step._gradkit = metric
@@ -214,6 +184,12 @@ def track_gradient_norm(model, per_layer=False, include=("norm",), every_n_steps
     check_model(model)
     per_layer = _checks.check_flag(per_layer, "per_layer")
     groups, every_n_steps = check_include(include), check_every_n_steps(every_n_steps)
+    return install(model, per_layer, groups, every_n_steps)
+
+
+def install(model, per_layer, groups, every_n_steps, histograms=False):
+    """`track_gradient_norm` on checked arguments; `histograms`: also capture per-layer gradient
+    histograms (`_histograms`, for `GradientNormCallback(histogram_freq=...)`)."""
     if per_layer and not model.built:
         expected = "a built model when per_layer=True (call it on a batch or start it with keras.Input)"
         _checks.fail("model", expected, model)
@@ -221,13 +197,19 @@ def track_gradient_norm(model, per_layer=False, include=("norm",), every_n_steps
     if per_layer and not layers:
         _checks.fail("per_layer", "False for a model without a trainable top-level layer", per_layer)
     names = log_names(groups, [layer.name for layer in layers])
+    if histograms and not model.built:
+        _checks.fail("model", "a built model when histogram_freq > 0 (call it on a batch first)", model)
+    if histograms and not norm_layers(model):
+        _checks.fail("histogram_freq", "0 for a model without a trainable top-level layer", histograms)
     config = {"per_layer": per_layer, "include": groups, "every_n_steps": every_n_steps}
+    config["histograms"] = bool(histograms)
     metric = tracked_metric(model)
     installed = getattr(vars(model).get("train_step"), "_gradkit", None)
     if metric is not None and installed is metric and metric.config == config:
         return model
     untrack_gradient_norm(model)
-    metric = GradientNormMetric(names, noise_slots=noise_slots(names))
+    hist_size = _histograms.size(len(norm_layers(model))) - 1 if histograms else 0  # the table
+    metric = GradientNormMetric(names, noise_slots=noise_slots(names), hist_size=hist_size)
     object.__setattr__(metric, "config", config)  # not a tracked attribute
     _keras_internals.set_tracked_attribute(model, _ATTR, metric)
     model.train_step, model.test_step = _make_steps(model, metric, layers, groups, every_n_steps)
