@@ -194,3 +194,15 @@ def test_plot_training_diagnostics_draws_a_panel_per_group(tmp_path):
         gradkit.plot_training_diagnostics(history, tmp_path / "x.png", clip_threshold=0)
     with pytest.raises(ValueError, match="`path` must be a .png file name"):
         gradkit.plot_training_diagnostics(history, tmp_path / "x.pdf")
+
+
+def test_plot_training_diagnostics_draws_a_panel_per_model(tmp_path):
+    from matplotlib.image import imread
+
+    models = {
+        "single": {"grad_norm": [1.0, 0.5, 0.2], "grad_norm/dense": [0.8, 0.4, 0.1]},
+        "adv_single": {"grad_norm": [2.0, 1.0, 0.5]},
+        "adaboost_m1": [{"grad_norm": [1.0, 0.5]}, {"grad_norm": [0.9, 0.3]}],  # members end to end
+    }
+    path = gradkit.plot_training_diagnostics(models, tmp_path / "models.png", title="study")
+    assert imread(path).shape[:2] == (2 * 320, 1100)  # 3 panels: 2 rows of 2
