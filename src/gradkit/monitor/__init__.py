@@ -67,13 +67,16 @@ copied either). Semantics of the logged values:
   three elementwise passes over the gradients; "updates": on TensorFlow and PyTorch a copy of the
   weights before the update, which writes them in place).
 
-Per-layer TensorBoard histograms are not provided: the per-layer norms already reach TensorBoard as
-scalars, and histograms of the gradients themselves would need the tensors out of the compiled step.
+Per-layer gradient histograms in TensorBoard: `GradientNormCallback(histogram_freq=n, log_dir=...)`
+(`_histograms`): on every n-th epoch the step's own gradients at its first recorded update, binned
+inside the step (30 bins per top-level layer; only that small table leaves it), written through
+TensorFlow's summary writer where `keras.callbacks.TensorBoard(log_dir)` writes.
 
 Modules: `_gradient_norm` (the definition, the layer groups, `gradient_norm`), `_groups` (the groups of
-`include=` and their keys), `_noise_scale` (the estimator and its averages), `_step_norms` (the norms
-of one step and their running-mean metric), `_step_stats` (every key of a step from per-weight
-statistics), `_tracking` (wrapping the training step), `_callback`.
+`include=` and their keys), `_noise_scale` (the estimator and its averages), `_histograms`,
+`_step_norms` (the norms of one step and their running-mean metric), `_step_state` (what a step reads
+before it runs), `_step_stats` (every key of a step from per-weight statistics), `_tracking`
+(wrapping the training step), `_callback`.
 
 References:
     Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent neural networks", ICML,
