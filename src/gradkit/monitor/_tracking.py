@@ -86,17 +86,16 @@ def _stats_fn(model, layers, context, groups, every_n_steps, histograms=False):
                 g1, b1, b = halves()
                 check_rows(b)
                 half = (grads, g1, b1, b, scale)
-            if context.get("steps"):
-                applied = applied_gradients(grads, scale, context)
-                values = stats(applied, None, before, after, half)
+            accumulated = applied_gradients(grads, scale, context) if context.get("steps") else None
+            if accumulated is not None:
+                values = stats(accumulated, None, before, after, half)
             else:
-                applied = grads if scale is None else [g if g is None else g / scale for g in grads]
                 values = stats(grads, scale, before, after, half)
             if hist_rows is None:
                 return values
-            return _histograms.appended(
-                values, context, applied, hist_rows, [v.shape for v in model.trainable_variables]
-            )
+            unscaled = accumulated or [g if g is None or scale is None else g / scale for g in grads]
+            shapes = [v.shape for v in model.trainable_variables]
+            return _histograms.appended(values, context, unscaled, hist_rows, shapes)
 
         size = stats.size + (_histograms.size(len(hist_rows)) if hist_rows is not None else 0)
         if "iteration" not in context:
