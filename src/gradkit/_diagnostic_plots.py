@@ -21,6 +21,7 @@ _PANELS = (
     ("update / parameter norm", ("update_ratio",)),
     ("max |gradient|", ("grad_max",)),
     ("non-finite entries, zero fraction", ("grad_nonfinite", "grad_zero_fraction")),
+    ("gradient noise scale B_simple", ("noise_scale",)),
 )
 _BAND = (10**-3.5, 10**-2.5)  # around the usual healthy update ratio, 1e-3
 
@@ -95,12 +96,18 @@ def plot_training_diagnostics(history, path, *, clip_threshold=None, title=None)
     Panels (only those whose keys the history has): raw `grad_norm` and `grad_norm_clipped` on one axis
     with the clip threshold; `clip_fraction`; `param_norm`; `update_norm`; `update_ratio` (log scale,
     with a band from 10^-3.5 to 10^-2.5 around the usual healthy 1e-3); `grad_max`; `grad_nonfinite`
-    and `grad_zero_fraction`. On each, the global value is a thick black line and each layer's
-    (`"<key>/<layer>"`) a thin line labelled with the layer's name. A panel whose positive values span
-    more than two decades gets a log scale.
+    and `grad_zero_fraction`; `noise_scale` (B_simple, in rows). On each, the global value is a thick
+    black line and each layer's (`"<key>/<layer>"`) a thin line labelled with the layer's name. A panel
+    whose positive values span more than two decades gets a log scale.
+
+    Given a dict `{model name: history}` instead (what `gradkit study` draws into grad_norm.png), one
+    panel per model, titled with its name: its raw and clipped gradient norms (global and per layer)
+    per epoch; a model given as a list of histories (a boosted model's members, one `fit` each) has
+    its members drawn end to end, each labelled "member i".
 
     Args:
-        history: a `keras.callbacks.History` (what `fit` returns) or a dict `{key: per-epoch values}`.
+        history: a `keras.callbacks.History` (what `fit` returns) or a dict `{key: per-epoch values}`;
+            or a dict `{model name: a History or such a dict, or a list of them}`.
         path: where to write the PNG (must end in ".png"; folders are created, the file is replaced
             atomically).
         clip_threshold: the `clipnorm` / `global_clipnorm` to draw. Defaults to None: the History's
@@ -118,6 +125,8 @@ def plot_training_diagnostics(history, path, *, clip_threshold=None, title=None)
     from matplotlib.figure import Figure
 
     path = _check(path, title)
+    if _is_by_model(history):
+        return _save(_by_model(Figure, history, title), path)
     series = _series(history)
     threshold = _threshold(history, clip_threshold)
     panels = [
@@ -152,3 +161,51 @@ def plot_training_diagnostics(history, path, *, clip_threshold=None, title=None)
         fig.suptitle(title)
     fig.tight_layout()
     return _save(fig, path)
+
+
+def _is_by_model(history):
+    """Whether `history` is `{model name: history or list of histories}` (not one History's dict)."""
+    if not isinstance(history, dict) or not history:
+        return False
+    values = list(history.values())
+    return all(isinstance(getattr(v, "history", v), dict) or _is_members(v) for v in values)
+
+
+def _is_members(value):
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(getattr(m, "history", m), dict) for m in value)
+    )
+
+
+def _by_model(figure, models, title):
+    """The figure of one panel per model (see `plot_training_diagnostics`)."""
+    rows = math.ceil(len(models) / 2)
+    fig = figure(figsize=(11, 3.2 * rows), dpi=100)
+    axes = np.atleast_1d(fig.subplots(rows, 2 if len(models) > 1 else 1)).ravel()
+    for ax, (name, value) in zip(axes, models.items()):
+        if _is_members(value):
+            start = 1
+            for i, member in enumerate(value, start=1):
+                values = _series(member).get("grad_norm", np.array([]))
+                epochs = np.arange(start, start + len(values))
+                ax.plot(epochs, values, "-", lw=1.4, color=f"C{(i - 1) % 10}", label=f"member {i}")
+                start += len(values)
+            drawn = np.concatenate([_series(m).get("grad_norm", np.array([])) for m in value])
+        else:
+            series = _series(value)
+            epochs = np.arange(1, max(len(v) for v in series.values()) + 1)
+            drawn = _draw(
+                ax, {k: v for k, v in series.items() if len(v) == len(epochs)}, _PANELS[0][1], epochs
+            )
+        _log_if_decades(ax, drawn)
+        ax.set_title(str(name), fontsize=10)
+        ax.set(xlabel="epoch", ylabel="gradient L2 norm")
+        ax.legend(fontsize=7)
+    for ax in axes[len(models) :]:
+        ax.set_visible(False)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig

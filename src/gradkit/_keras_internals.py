@@ -111,3 +111,27 @@ def torch_device():
     from keras.src.backend.torch.core import get_device
 
     return get_device()
+
+
+class forward_losses:  # noqa: N801 - a context manager named for what it does
+    """Within the block, `model.losses` is `losses` (the losses a `stateless_call(..., return_losses=True)`
+    returned), as Keras' JAX trainer sets them before `stateless_compute_loss`; restored after."""
+
+    def __init__(self, model, losses):
+        self.model, self.losses = model, list(losses or [])
+
+    def __enter__(self):
+        self.saved = getattr(self.model, "_losses_override", None)
+        if self.losses and self.saved is not None:
+            object.__setattr__(self.model, "_losses_override", self.losses)
+        return self
+
+    def __exit__(self, *exc):
+        if self.losses and self.saved is not None:
+            object.__setattr__(self.model, "_losses_override", self.saved)
+        return False
+
+
+def call_has_training_arg(model):
+    """Whether `model.call` takes a `training` argument (Keras' own record of it; True if absent)."""
+    return bool(getattr(model, "_call_has_training_arg", True))

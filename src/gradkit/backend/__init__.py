@@ -54,6 +54,10 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   statistics of a step (squared norms, max |g|, counts of non-finite entries and zeros, squared norms
   of the weights before and of the update; see `_weight_stats.py`): a float32 tensor, or on PyTorch's
   CPU a float64 numpy array (the diagnostics of `gradkit.monitor` then run on the host).
+- `metric_values_before_step(model, args, variables)`: the values of metric variables before the
+  training step `model.train_step(*args)` runs (as `values_before_step` for optimizer variables).
+- `summaries_available()`, `write_histograms(log_dir, items, step)`: TensorBoard histograms through
+  TensorFlow's summary writer, on every backend (`_summaries.py`).
 - `cond(predicate, true_fn, size)`: `true_fn()` where `predicate` holds, else `size` zeros; only one
   branch runs (a traced conditional; a Python `if` on PyTorch, where `predicate` is a bool).
 - `values_before_step(model, args, variables)`: the values of optimizer variables as they are before
@@ -95,10 +99,13 @@ else:  # pragma: no cover - numpy/openvino have no autodiff
 
 from gradkit.backend._memory import is_out_of_memory  # noqa: E402
 from gradkit.backend._memory import out_of_memory_hint  # noqa: E402
+from gradkit.backend import _common  # noqa: E402
 from gradkit.backend._processes import all_gather  # noqa: E402
 from gradkit.backend._processes import mesh_spans_processes  # noqa: E402
 from gradkit.backend._processes import processes  # noqa: E402
 from gradkit.backend._processes import start_processes  # noqa: E402
+from gradkit.backend._summaries import summaries_available  # noqa: E402
+from gradkit.backend._summaries import write_histograms  # noqa: E402
 
 NAME = _name
 EAGER = _impl.EAGER
@@ -124,6 +131,7 @@ norm_means = _impl.norm_means
 assign_add = _impl.assign_add
 values_before_step = _impl.values_before_step
 weight_stats = _impl.weight_stats
+metric_values_before_step = getattr(_impl, "metric_values_before_step", _common.metric_values_before_step)
 cond = _impl.cond
 input_ascent = _impl.input_ascent
 stateless_call = _impl.stateless_call
@@ -166,4 +174,7 @@ __all__ = [
     "variable_values",
     "weight_stats",
     "wrap_train_step",
+    "metric_values_before_step",
+    "summaries_available",
+    "write_histograms",
 ]

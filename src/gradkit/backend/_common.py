@@ -64,6 +64,11 @@ def values_before_step(model, args, variables):
     return [keras.ops.copy(v.value) for v in variables]
 
 
+def metric_values_before_step(model, args, variables):
+    """Copies of metric variables' values before the step (TensorFlow, PyTorch: read them now)."""
+    return values_before_step(model, args, variables)
+
+
 def stateless_call(model, trainable, non_trainable, *args, **kwargs):
     """`model.stateless_call(trainable, non_trainable, *args, **kwargs)`: every layer reads the values
     given (on PyTorch, wrapped `torch.nn.Module`s too)."""

@@ -5,7 +5,11 @@ for each of the n trainable weights, the statistics named in `columns` (`gradkit
 
 - "sq": |g|^2, "clip_sq": |clip(g, -clip, clip)|^2, "max": max |g|, "nonfinite": the count of NaN and
   inf entries of g, "zeros": the count of exact zeros of g (gradients as given: loss scale not removed);
-- "param_sq": |w|^2 of the weight before the step, "update_sq": |w_after - w_before|^2.
+- "param_sq": |w|^2 of the weight before the step, "update_sq": |w_after - w_before|^2;
+- "full_sq", "half_sq", "other_sq" (the noise scale; `half = (full, g1, b1, b)`: the step's own
+  gradient of its b rows, the gradient of its first b1 rows): |full|^2, |g1|^2 and |g2|^2, where
+  g2 = (b full - b1 g1) / (b - b1) is the gradient of the other b - b1 rows (exact for a loss that is
+  a sum over rows divided by b, as Keras' is, plus terms that do not depend on the rows).
 
 A None gradient counts as a zero tensor of its weight's shape (`shapes`). TensorFlow and JAX trace this
 into the step (`keras.ops` costs nothing per step there); PyTorch has its own (`_torch_stats.py`).
@@ -24,11 +28,21 @@ def stats_builder(squared_norm, total=ops.sum):
         count = lambda: total(ops.cast(ops.logical_not(ops.isfinite(g)), "float32"))  # noqa: E731
         return ops.cond(ops.isfinite(sq), lambda: ops.zeros((), "float32"), count)
 
-    def one(g, w0, w1, columns, clip, shape):
+    def halves(full, g1, b1, b, shape):
+        full = ops.zeros(shape, "float32") if full is None else ops.cast(full, "float32")
+        g1 = ops.zeros(shape, "float32") if g1 is None else ops.cast(g1, "float32")
+        b1, b = ops.cast(b1, "float32"), ops.cast(b, "float32")
+        g2 = (b * full - b1 * g1) / (b - b1)
+        return {"full_sq": squared_norm(full), "half_sq": squared_norm(g1), "other_sq": squared_norm(g2)}
+
+    def one(g, w0, w1, columns, clip, shape, half):
         g = ops.zeros(shape, "float32") if g is None else ops.cast(g, "float32")
         row = []
+        noise = halves(*half, shape) if half is not None else {}
         for column in columns:
-            if column == "param_sq":
+            if column in noise:
+                row.append(noise[column])
+            elif column == "param_sq":
                 row.append(squared_norm(ops.cast(w0, "float32")))
             elif column == "update_sq":
                 row.append(squared_norm(ops.cast(w1, "float32") - ops.cast(w0, "float32")))
@@ -44,11 +58,15 @@ def stats_builder(squared_norm, total=ops.sum):
                 row.append(total(ops.cast(ops.equal(g, 0.0), "float32")))
         return ops.stack(row)
 
-    def weight_stats(grads, before, after, columns, shapes, clip=None):
+    def weight_stats(grads, before, after, columns, shapes, clip=None, half=None):
         before = before or [None] * len(grads)
         after = after or [None] * len(grads)
-        rows = zip(grads, before, after, shapes)
-        return ops.stack([one(g, b, a, columns, clip, s) for g, b, a, s in rows])
+        pairs = [None] * len(grads)
+        if half is not None:
+            full, g1, b1, b = half
+            pairs = [(f, h, b1, b) for f, h in zip(full, g1)]
+        rows = zip(grads, before, after, shapes, pairs)
+        return ops.stack([one(g, w0, w1, columns, clip, s, p) for g, w0, w1, s, p in rows])
 
     return weight_stats
 

@@ -7,6 +7,7 @@ import numpy as np
 
 from gradkit.backend._common import bind_all_but_x, quiet_retracing, set_random_seed, stateless_call  # noqa: F401
 from gradkit.backend._common import xla_determinism as enable_determinism  # noqa: F401
+from gradkit.backend._halves import first_half, half_loss
 from gradkit.backend._jax_connected import check_connected as _check_connected
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
 from gradkit.backend._search import jax_search as compile_search  # noqa: F401
@@ -159,11 +160,31 @@ def values_before_step(model, args, variables):
     return [optimizer_values[ids.index(id(v))] for v in variables]
 
 
+def metric_values_before_step(model, args, variables):
+    """The values of metric `variables` before the step `train_step(*args)` (`args[0][3]`)."""
+    ids = [id(v) for v in model.metrics_variables]
+    return [args[0][3][ids.index(id(v))] for v in variables]
+
+
 def _loss_scale(optimizer, optimizer_values):
     if hasattr(optimizer, "dynamic_scale"):
         index = [id(v) for v in optimizer.variables].index(id(optimizer.dynamic_scale))
         return optimizer_values[index]
     return optimizer.loss_scale_factor  # None or a float
+
+
+def _halves_of(model, state, data, scale):
+    """The thunk for the halves' gradient: `(g1, b1, b)`, the gradient of the loss on the first half of
+    `data` at the step's input state, scaled by `scale` as the step's own (`_halves.py`)."""
+
+    def halves():
+        half, b1, b = first_half(data)
+        if b1 == 0:  # a batch of one row: no half (the caller refuses it or leaves the step out)
+            return [jnp.zeros_like(t) for t in state[0]], b1, b
+        loss = lambda t: half_loss(model, t, state[1], state[3], half, scale)  # noqa: E731
+        return list(jax.grad(loss)(list(state[0]))), b1, b
+
+    return halves
 
 
 def wrap_train_step(model, metric, norms_fn):
@@ -195,7 +216,10 @@ def wrap_train_step(model, metric, norms_fn):
         values = [metric_values[i] for i in slots]
         if "grads" in captured:
             weights = (state[0], trainable) if getattr(norms_fn, "needs_weights", False) else ()
-            norms = norms_fn(captured["grads"], captured["scale"], *weights)
+            extra = {}
+            if getattr(norms_fn, "needs_halves", False):
+                extra["halves"] = _halves_of(model, state, data, captured["scale"])
+            norms = norms_fn(captured["grads"], captured["scale"], *weights, **extra)
             values = metric.stateless_update_state(values, norms)
             for i, value in zip(slots, values):
                 metric_values[i] = value

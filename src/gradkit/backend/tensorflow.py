@@ -19,6 +19,7 @@ from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder
 from gradkit.backend._search import tf_search as compile_search  # noqa: F401
 from gradkit.backend._search import tf_seed_state as seed_state  # noqa: F401
 from gradkit.backend._search import tf_uniform as uniform  # noqa: F401
+from gradkit.backend._tf_halves import half_gradients as _half_gradients
 from gradkit.backend._weight_stats import cond, stats_builder  # noqa: F401
 from gradkit.errors import DisconnectedGradientError
 
@@ -166,12 +167,21 @@ def wrap_train_step(model, metric, norms_fn):
         optimizer = model.optimizer
         apply = optimizer.apply
 
+        def halves(read, scale):  # {"halves": the halves' gradient thunk}; `read()`: weights before
+            if not getattr(norms_fn, "needs_halves", False):
+                return {}
+            return {"halves": lambda: _half_gradients(model, data, read(), scale)}
+
         def capturing_apply(grads, trainable_variables=None):
             grads = list(grads)
             dense = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
             if getattr(norms_fn, "needs_weights", False):
                 return _apply_between_reads(apply, grads, trainable_variables, dense)
-            values = norms_fn(dense, _loss_scale(optimizer, trainable_variables))
+            scale = _loss_scale(optimizer, trainable_variables)
+            variables = list(trainable_variables or model.trainable_variables)
+            values = norms_fn(
+                dense, scale, **halves(lambda: [tf.convert_to_tensor(v.value) for v in variables], scale)
+            )
             metric.update_state(values)  # before the step's compute_metrics reads the metrics
             # The update runs after the norms have read the gradients, so that it may reuse their
             # buffers (TensorFlow forwards a buffer to an op only when nothing else still reads it).
@@ -189,7 +199,7 @@ def wrap_train_step(model, metric, norms_fn):
             before = [tf.convert_to_tensor(v.value) for v in variables]
             result = apply(grads, trainable_variables)
             after = [tf.convert_to_tensor(v.value) for v in variables]
-            metric.update_state(norms_fn(dense, scale, before, after))
+            metric.update_state(norms_fn(dense, scale, before, after, **halves(lambda: before, scale)))
             return result
 
         optimizer.apply = capturing_apply

@@ -24,14 +24,14 @@ from gradkit.backend._common import (  # noqa: F401
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
 from gradkit.backend._torch_misc import *  # noqa: F403 - compile_search, seed_state, uniform, determinism
 from gradkit.backend._torch_modules import stateless_call  # noqa: F401
+from gradkit.backend._torch_stats import halves as _halves
 from gradkit.backend._torch_stats import weight_stats as _weight_stats
 from gradkit.backend._torch_trace import Traced, compile_forward, flatten, signature  # noqa: F401
 from gradkit.errors import DisconnectedGradientError
 
 ROW_QUANTUM = 32  # rows of a call are padded to a multiple of this (a new trace costs milliseconds here)
 EAGER = True
-# On CPU the in-step norms are summed on the host (see `group_norms`); False keeps them in tensors
-# there too, as on an accelerator (the tests run that path on CPU this way).
+# On CPU the in-step norms are summed on the host (`group_norms`); False: in tensors, as on an accelerator.
 _HOST_ON_CPU = True
 
 # Autograd nodes whose derivative is zero: a loss that reaches its inputs only through them does not
@@ -166,8 +166,7 @@ def group_norms(grads, matrix, last):
     return torch.mv(matrix, torch.stack(squares)).sqrt_()
 
 
-def _rows(matrix):
-    """The column indices of the ones in each row of the constant 0/1 `matrix`, kept on the tensor."""
+def _rows(matrix):  # the column indices of the ones in each row of the constant 0/1 `matrix`
     rows = getattr(matrix, "_gradkit_rows", None)
     if rows is None:
         rows = matrix._gradkit_rows = [torch.nonzero(row).flatten().tolist() for row in matrix]
@@ -178,9 +177,9 @@ def _on_host():  # where the in-step values are summed on the host (see `group_n
     return _HOST_ON_CPU and str(_keras_internals.torch_device()) == "cpu"
 
 
-def weight_stats(grads, before, after, columns, shapes, clip=None):
+def weight_stats(grads, before, after, columns, shapes, clip=None, half=None):
     """The per-weight statistics (`_torch_stats`): a float64 numpy table on the CPU, else a tensor."""
-    return _weight_stats(grads, before, after, columns, shapes, clip, host=_on_host())
+    return _weight_stats(grads, before, after, columns, shapes, clip, host=_on_host(), half=half)
 
 
 def cond(predicate, true_fn, size):
@@ -218,23 +217,24 @@ def wrap_train_step(model, metric, norms_fn):
         def capturing_apply(grads, trainable_variables=None):
             grads = list(grads)
             scale = _loss_scale(optimizer, trainable_variables)  # before the update changes it
+            extra = _halves(model, data, norms_fn, trainable_variables or model.trainable_variables, scale)
             if getattr(norms_fn, "needs_weights", False):
-                return _apply_between_reads(apply, grads, trainable_variables, scale)
+                return _apply_between_reads(apply, grads, trainable_variables, scale, extra)
             result = apply(grads, trainable_variables)
             # The norms after the update, which has just read the gradients: they are in the cache
             # then (measured 15% cheaper). Keras' optimizers write only variables, never gradients.
             with torch.no_grad():
-                metric.update_state(norms_fn(grads, scale))  # before the step's compute_metrics
+                metric.update_state(norms_fn(grads, scale, **extra))  # before the step's compute_metrics
             return result
 
-        def _apply_between_reads(apply, grads, trainable_variables, scale):
+        def _apply_between_reads(apply, grads, trainable_variables, scale, extra):
             variables = list(trainable_variables or model.trainable_variables)
             taken = norms_fn.sampled()  # the update writes the weights in place: copies keep them
             before = [v.value.detach().clone() for v in variables] if taken else None
             result = apply(grads, trainable_variables)
             after = [v.value.detach() for v in variables] if taken else None
             with torch.no_grad():
-                metric.update_state(norms_fn(grads, scale, before, after))
+                metric.update_state(norms_fn(grads, scale, before, after, **extra))
             return result
 
         # Not through the optimizer's __setattr__: its tracker would run in every step.

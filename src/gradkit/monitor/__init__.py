@@ -21,7 +21,15 @@ has (the gradients the optimizer received, the weights it read and wrote), each 
   is the usual healthy figure; You et al. 2017, LARS);
 - "health": `grad_max` (max |g|), `grad_nonfinite` (the count of NaN and inf entries) and
   `grad_zero_fraction` (the share of exact zeros: dead units);
-- "all": every group above.
+- "noise_scale": `noise_scale`, the gradient noise scale B_simple = tr(Sigma) / |G|^2 of McCandlish
+  et al. (2018), in rows (the batch size beyond which larger batches stop paying): from the gradients
+  of the two halves of each recorded step's batch (the first half costs one more forward and backward
+  pass over half the rows, inside the step; the second is derived from it and the step's gradient),
+  |G|^2 ~= (B_big |G_big|^2 - B_small |G_small|^2) / (B_big - B_small) and
+  tr(Sigma) ~= (|G_small|^2 - |G_big|^2) / (1 / B_small - 1 / B_big), each smoothed by a bias-corrected
+  exponential moving average over the recorded steps (beta 0.99), logged as the ratio after the last
+  step (not an epoch mean); see `_noise_scale`. Batches need at least 2 rows;
+- "all": every group above (noise_scale included: mind its extra pass).
 
 A global value is over every trainable weight together (norms: the square root of the sum of squares,
 never a sum of per-layer norms). `every_n_steps=n` records only every n-th applied update (the first,
@@ -59,19 +67,24 @@ copied either). Semantics of the logged values:
   three elementwise passes over the gradients; "updates": on TensorFlow and PyTorch a copy of the
   weights before the update, which writes them in place).
 
-Per-layer TensorBoard histograms are not provided: the per-layer norms already reach TensorBoard as
-scalars, and histograms of the gradients themselves would need the tensors out of the compiled step.
+Per-layer gradient histograms in TensorBoard: `GradientNormCallback(histogram_freq=n, log_dir=...)`
+(`_histograms`): on every n-th epoch the step's own gradients at its first recorded update, binned
+inside the step (30 bins per top-level layer; only that small table leaves it), written through
+TensorFlow's summary writer where `keras.callbacks.TensorBoard(log_dir)` writes.
 
 Modules: `_gradient_norm` (the definition, the layer groups, `gradient_norm`), `_groups` (the groups of
-`include=` and their keys), `_step_norms` (the norms of one step and their running-mean metric),
-`_step_stats` (every key of a step from per-weight statistics), `_tracking` (wrapping the training step),
-`_callback`.
+`include=` and their keys), `_noise_scale` (the estimator and its averages), `_histograms`,
+`_step_norms` (the norms of one step and their running-mean metric), `_step_state` (what a step reads
+before it runs), `_step_stats` (every key of a step from per-weight statistics), `_tracking`
+(wrapping the training step), `_callback`.
 
 References:
     Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent neural networks", ICML,
     https://arxiv.org/abs/1211.5063.
     You, Gitman & Ginsburg (2017), "Large Batch Training of Convolutional Networks" (LARS: the
     update/weight norm ratio), https://arxiv.org/abs/1708.03888.
+    McCandlish, Kaplan, Amodei & OpenAI Dota Team (2018), "An Empirical Model of Large-Batch
+    Training", Appendix A.1 (the noise scale), https://arxiv.org/abs/1812.06162.
 """
 
 from gradkit.monitor._callback import GradientNormCallback

@@ -11,6 +11,10 @@ computed in the step from per-weight statistics (the `COLUMNS` of `gradkit.backe
 | "params"  | param_norm                                        | param_sq                           |
 | "updates" | update_norm, update_ratio                         | update_sq, param_sq                |
 | "health"  | grad_max, grad_nonfinite, grad_zero_fraction      | sq, max, nonfinite, zeros          |
+| "noise_scale" | noise_scale                                   | full_sq, half_sq, other_sq         |
+
+"noise_scale" also needs the gradient of the first half of the step's batch (`needs_halves`): one more
+forward and backward pass over half the rows, on recorded steps only (`_noise_scale.py`).
 """
 
 from gradkit import _checks
@@ -21,9 +25,21 @@ GROUPS = {
     "params": ("param_norm",),
     "updates": ("update_norm", "update_ratio"),
     "health": ("grad_max", "grad_nonfinite", "grad_zero_fraction"),
+    "noise_scale": ("noise_scale",),
 }
 # The order of the per-weight statistics (columns of `gradkit.backend.weight_stats`).
-COLUMNS = ("sq", "clip_sq", "max", "nonfinite", "zeros", "param_sq", "update_sq")
+COLUMNS = (
+    "sq",
+    "clip_sq",
+    "max",
+    "nonfinite",
+    "zeros",
+    "param_sq",
+    "update_sq",
+    "full_sq",
+    "half_sq",
+    "other_sq",
+)
 _NEEDS = {
     "norm": {"sq"},
     "clipped": {"sq"},
@@ -31,6 +47,7 @@ _NEEDS = {
     "updates": {"update_sq", "param_sq"},
     "health": {"sq", "max", "nonfinite", "zeros"},  # "sq": the count of non-finite entries runs only
     # where the squared norm is not finite
+    "noise_scale": {"full_sq", "half_sq", "other_sq"},
 }
 
 
@@ -79,3 +96,13 @@ def columns(groups, clipvalue):
 def needs_weights(groups):
     """Whether the weights before and after the step are read ("params", "updates")."""
     return "params" in groups or "updates" in groups
+
+
+def needs_halves(groups):
+    """Whether the gradient of the first half of the step's batch is taken ("noise_scale")."""
+    return "noise_scale" in groups
+
+
+def noise_slots(names):
+    """The indices in `names` (`log_names`) of the noise-scale keys, global then per layer."""
+    return [i for i, name in enumerate(names) if name == "noise_scale" or name.startswith("noise_scale/")]

@@ -10,6 +10,7 @@ import keras
 import numpy as np
 
 from gradkit import backend
+from gradkit.monitor import _noise_scale
 from gradkit.monitor._gradient_norm import PREFIX
 
 
@@ -80,26 +81,91 @@ class GradientNormMetric(keras.metrics.Metric):
     keeps on the host (Python floats, PyTorch's CPU) are summed on the host by `backend.add_norms`, in
     float64, and `result()` then gives Python floats.
 
+    The noise-scale keys (`noise_slots`, r of them) are the exception: a step's values then hold 2r
+    more entries before the weight, the step's estimates of |G|^2 and tr(Sigma) per row; `ema` (never
+    reset: the averages run across epochs and `fit` calls) smooths them (`_noise_scale`), the step's
+    value of each noise key is the smoothed ratio, and `result()` gives that of the last counted step.
+
     Args:
         names: list of k log keys (`"grad_norm"`, then `"grad_norm/<layer name>"`...).
         name: the metric's name. Defaults to `"grad_norm"`.
+        noise_slots: the indices in `names` of the noise-scale keys. Defaults to none.
     """
 
-    def __init__(self, names, name=PREFIX):
+    def __init__(self, names, name=PREFIX, noise_slots=(), hist_size=0):
         super().__init__(name=name, dtype="float32")
-        self.names = list(names)
+        self.names, self.noise_slots = list(names), [int(i) for i in noise_slots]
+        self.hist_size = int(hist_size)
+        if self.hist_size:  # the last captured histogram table, and the iteration to capture from
+            self.hist = self.add_variable(shape=(self.hist_size,), initializer="zeros", name="hist")
+            inf = keras.initializers.Constant(float("inf"))
+            self.hist_from = self.add_variable(shape=(), initializer=inf, name="hist_from")
+        object.__setattr__(self, "_host_hist", None)
         self.sums = self.add_variable(shape=(len(self.names) + 1,), initializer="zeros", name="sums")
         nan = keras.initializers.Constant(float("nan"))
         self.last = self.add_variable(shape=(len(self.names),), initializer=nan, name="last")
+        if self.noise_slots:
+            size = 2 * len(self.noise_slots) + 1
+            self.ema = self.add_variable(shape=(size,), initializer="zeros", name="ema")
         self._set_host(None, None)  # the running sums and last values on the host, once there are any
+        object.__setattr__(self, "_host_ema", None)
 
     def _set_host(self, sums, last):
         # Not through Metric.__setattr__: its tracker would wrap the lists in tracked lists.
         object.__setattr__(self, "_host_sums", sums)
         object.__setattr__(self, "_host_last", last)
 
+    def _noise(self, values):
+        """The step's values with the noise keys' smoothed ratios in place of the estimates."""
+        k, r = len(self.names), len(self.noise_slots)
+        if isinstance(values, list):
+            step = values[k : k + 2 * r]
+            valid = values[-1] != 0 and all(np.isfinite(step))
+            ema, noise = _noise_scale.smoothed_host(self._host_ema, step, valid)
+            object.__setattr__(self, "_host_ema", ema)
+            out = list(values[:k])
+            for j, i in enumerate(self.noise_slots):
+                out[i] = noise[j]
+            return out + [values[-1]]
+        ops = keras.ops
+        step = values[k : k + 2 * r]
+        valid = ops.logical_and(values[-1] != 0, ops.all(ops.isfinite(step)))
+        ema, noise = _noise_scale.smoothed(self.ema.value, step, valid)
+        self.ema.assign(ema)
+        where = np.zeros(k, bool)
+        where[self.noise_slots] = True
+        index = np.zeros(k, "int32")
+        index[self.noise_slots] = np.arange(r)
+        filled = ops.where(
+            ops.convert_to_tensor(where), ops.take(noise, ops.convert_to_tensor(index)), values[:k]
+        )
+        return ops.concatenate([filled, values[-1:]])
+
+    def _histograms(self, values):
+        """Keeps the step's histogram table where its `due` flag is set; the values without them."""
+        h = self.hist_size
+        if isinstance(values, list):
+            if values[-2] > 0:
+                object.__setattr__(self, "_host_hist", list(values[-(h + 2) : -2]))
+                self.hist_from.assign(float("inf"))
+            return values[: -(h + 2)] + values[-1:]
+        due = values[-2] > 0
+        self.hist.assign(keras.ops.where(due, values[-(h + 2) : -2], self.hist.value))
+        self.hist_from.assign(keras.ops.where(due, float("inf"), self.hist_from.value))
+        return keras.ops.concatenate([values[: -(h + 2)], values[-1:]])
+
+    def histogram_table(self):
+        """The last captured histogram table (numpy float64), as `_histograms.table` made it."""
+        if self._host_hist is not None:
+            return np.asarray(self._host_hist, np.float64)
+        return np.asarray(keras.ops.convert_to_numpy(self.hist.value), np.float64)
+
     def update_state(self, values):
         """Adds one step's values (from `NormValues`, or a list of k + 1 floats)."""
+        if self.hist_size:
+            values = self._histograms(values)
+        if self.noise_slots:
+            values = self._noise(values)
         if isinstance(values, list):
             last = values[:-1] if values[-1] != 0 else self._host_last
             self._set_host(backend.add_norms(self.sums, self._host_sums, values), last)
@@ -112,10 +178,18 @@ class GradientNormMetric(keras.metrics.Metric):
         self._set_host(None, self._host_last)
 
     def result(self):
-        return backend.norm_means(self.sums, self._host_sums, self.names, self.last, self._host_last)
+        out = backend.norm_means(self.sums, self._host_sums, self.names, self.last, self._host_last)
+        for i in self.noise_slots:  # the smoothed value after the last counted step, not a mean
+            out[self.names[i]] = self._host_last[i] if self._host_last is not None else self.last.value[i]
+        return out
 
     def result_names(self):
         return list(self.names)
 
     def get_config(self):
-        return {"names": self.names, "name": self.name}
+        return {
+            "names": self.names,
+            "name": self.name,
+            "noise_slots": self.noise_slots,
+            "hist_size": self.hist_size,
+        }

@@ -17,18 +17,23 @@ Per group of weights (the global row, then one row per layer), with s the loss-s
 - param_norm = sqrt(sum param_sq); update_norm = sqrt(sum update_sq); update_ratio = their ratio
   (inf or NaN for weights that are all zero);
 - grad_max = max |g| / s; grad_nonfinite = the count of NaN/inf entries; grad_zero_fraction = the
-  share of exact zeros.
+  share of exact zeros;
+- noise_scale: a placeholder (0), followed after all the keys by the step's estimates of |G|^2 and
+  tr(Sigma) per row (`_noise_scale.estimates`); the metric smooths them and fills in the ratio.
 """
 
 import keras
 import numpy as np
 
 from gradkit import backend
-from gradkit.monitor import _groups
+from gradkit.monitor import _groups, _noise_scale
 
 
 class StepStatistics:
-    """Callable `(grads, scale, before, after) -> [values of log_names..., 1.0]` (in-step).
+    """Callable `(grads, scale, before, after, half) -> [values of log_names..., estimates, 1.0]` (in-step).
+
+    `half`: None, or `(full, g1, b1, b, half_scale)` for "noise_scale": the step's own gradients (as the
+    backend gave them), the gradients of the batch's first b1 of b rows, and their loss-scale factor.
 
     Args:
         groups: tuple of group names (`_groups.check_include`).
@@ -50,21 +55,29 @@ class StepStatistics:
         self.clip = _clip_setting(optimizer)
         clipvalue = self.clip[1] if self.clip and self.clip[0] == "clipvalue" else None
         self.columns = _groups.columns(groups, clipvalue)
-        self.size = len(_groups.keys(groups)) * matrix.shape[0] + 1
+        self.noise = _groups.needs_halves(groups)
+        self.size = (len(_groups.keys(groups)) + 2 * self.noise) * matrix.shape[0] + 1
         self.needs_weights = _groups.needs_weights(groups)
 
-    def __call__(self, grads, scale=None, before=None, after=None):
+    def __call__(self, grads, scale=None, before=None, after=None, half=None):
         clip = None
         if "clip_sq" in self.columns:
             clip = self.clip[1] * (1.0 if scale is None else scale)
-        table = backend.weight_stats(grads, before, after, self.columns, self.shapes, clip)
+        rows = None if half is None else half[:4]
+        table = backend.weight_stats(grads, before, after, self.columns, self.shapes, clip, half=rows)
         host = isinstance(table, np.ndarray)
         ops = np if host else keras.ops
         matrix = self.matrix if host else keras.ops.convert_to_tensor(self.matrix)
         parts = _derive(self, ops, matrix, table, 1.0 if scale is None else scale)
+        if self.noise:
+            sums = {c: ops.matmul(matrix, table[:, self.columns.index(c)]) for c in _NOISE_COLUMNS}
+            parts.extend(_noise_scale.estimates(ops, sums, half[2], half[3], half[4]))
         if host:
             return [float(v) for part in parts for v in part] + [1.0]
         return keras.ops.concatenate([*parts, keras.ops.ones((1,), "float32")])
+
+
+_NOISE_COLUMNS = ("full_sq", "half_sq", "other_sq")
 
 
 def _clip_setting(optimizer):
@@ -97,6 +110,8 @@ def _derive(stats, ops, matrix, table, scale):
     if "health" in stats.groups:
         grad_max = ops.max(ops.where(matrix > 0, col["max"][None, :], 0.0), axis=1) / scale
         parts.extend([grad_max, sums["nonfinite"], sums["zeros"] / stats.sizes])
+    if "noise_scale" in stats.groups:
+        parts.append(matrix[:, 0] * 0.0)  # filled in by the metric (the smoothed ratio)
     return parts
 
 

@@ -7,17 +7,21 @@ applied update. The semantics of the logged value are in the `gradkit.monitor` d
 
 from gradkit import _checks, _keras_internals, backend
 from gradkit.gradients import check_model
+from gradkit.monitor import _histograms
 from gradkit.monitor._gradient_norm import layer_groups, norm_layers
-from gradkit.monitor._groups import check_every_n_steps, check_include, log_names, needs_weights
+from gradkit.monitor._groups import (
+    check_every_n_steps,
+    check_include,
+    log_names,
+    needs_halves,
+    needs_weights,
+    noise_slots,
+)
 from gradkit.monitor._step_norms import GradientNormMetric, NormValues
+from gradkit.monitor._step_state import applied_gradients, inner_optimizer, sampled, step_state  # noqa: F401
 from gradkit.monitor._step_stats import StepStatistics
 
 _ATTR = "_gradkit_grad_norm"
-
-
-def inner_optimizer(optimizer):
-    """The optimizer that applies the update (inside a `LossScaleOptimizer`, the wrapped one)."""
-    return getattr(optimizer, "inner_optimizer", optimizer)
 
 
 def tracked_metric(model):
@@ -45,43 +49,6 @@ def untrack_gradient_norm(model):
     return model
 
 
-def _step_state(model, args, every_n_steps):
-    """Before a step, what sampling and an accumulated update need: {steps, acc, iteration}, or {}."""
-    optimizer = inner_optimizer(model.optimizer)
-    steps = getattr(optimizer, "gradient_accumulation_steps", None)
-    if not steps and every_n_steps == 1:
-        return {}
-    state = {"steps": steps, "acc": None, "iteration": 0}  # unbuilt optimizer: nothing accumulated yet
-    accumulators = _keras_internals.accumulated_gradients(optimizer) if steps else None
-    iterations = _keras_internals.optimizer_iterations(optimizer)
-    if accumulators and len(accumulators) == len(model.trainable_variables):
-        *acc, iteration = backend.values_before_step(model, args, [*accumulators, iterations])
-        state.update(acc=acc, iteration=iteration)
-    elif optimizer.built or backend.NAME != "jax":  # the counter exists before the optimizer is built
-        # (JAX's step state holds it only once it is); a traced step must read it, not fix it at 0.
-        (state["iteration"],) = backend.values_before_step(model, args, [iterations])
-    if backend.EAGER:  # PyTorch decides on the host whether the step is sampled
-        state["iteration"] = int(state["iteration"])
-    return state
-
-
-def sampled(iteration, steps, every_n_steps):
-    """Whether the step after `iteration` optimizer iterations is recorded (int or integer tensor in,
-    bool or boolean tensor out): it applies an update (every `steps`-th step under gradient
-    accumulation, else every step) whose index among the updates is a multiple of `every_n_steps`."""
-    steps = steps or 1
-    return ((iteration + 1) % steps == 0) & (((iteration + 1) // steps - 1) % every_n_steps == 0)
-
-
-def _applied_gradients(grads, scale, context):
-    """The gradient of an accumulated update: the mean of the `steps` accumulated ones (read before the
-    step into `context`) and this step's, unscaled."""
-    n, acc = context["steps"], context["acc"] or [None] * len(grads)
-    if scale is not None:
-        grads = [g if g is None else g / scale for g in grads]
-    return [g if g is None else (g + (0.0 if a is None else a)) / n for g, a in zip(grads, acc)]
-
-
 def _norms_fn(model, layers, context):
     """Today's `grad_norm` alone, every step: `NormValues` (zeros on steps that only accumulate)."""
     cache = {}
@@ -93,33 +60,47 @@ def _norms_fn(model, layers, context):
         values_of = cache[len(grads)]
         if not context.get("steps"):
             return values_of(grads, scale)
-        grads = _applied_gradients(grads, scale, context)
+        grads = applied_gradients(grads, scale, context)
         return backend.applied_norms(values_of(grads), context["iteration"], context["steps"])
 
     return norms_fn
 
 
-def _stats_fn(model, layers, context, groups, every_n_steps):
+def _stats_fn(model, layers, context, groups, every_n_steps, histograms=False):
     """Any groups, any `every_n_steps`: `StepStatistics` inside `backend.cond` on sampled steps."""
     cache = {}
 
-    def stats_fn(grads, scale, before=None, after=None):
+    def stats_fn(grads, scale, before=None, after=None, halves=None):
         optimizer = inner_optimizer(model.optimizer)
         key = (len(grads), id(optimizer))
         if key not in cache:  # built at trace time (TF, JAX); once per model state (torch)
             cache.clear()
             shapes = [v.shape for v in model.trainable_variables]
             cache[key] = StepStatistics(groups, layer_groups(model, layers), shapes, optimizer)
-        stats = cache[key]
+            cache["hist"] = _histograms.layers_of(model)[1] if histograms else None
+        stats, hist_rows = cache[key], cache["hist"]
 
         def compute():
-            if context.get("steps"):
-                return stats(_applied_gradients(grads, scale, context), None, before, after)
-            return stats(grads, scale, before, after)
+            half = None
+            if halves is not None:  # the halves' gradient: traced into this branch only
+                g1, b1, b = halves()
+                check_rows(b)
+                half = (grads, g1, b1, b, scale)
+            accumulated = applied_gradients(grads, scale, context) if context.get("steps") else None
+            if accumulated is not None:
+                values = stats(accumulated, None, before, after, half)
+            else:
+                values = stats(grads, scale, before, after, half)
+            if hist_rows is None:
+                return values
+            unscaled = accumulated or [g if g is None or scale is None else g / scale for g in grads]
+            shapes = [v.shape for v in model.trainable_variables]
+            return _histograms.appended(values, context, unscaled, hist_rows, shapes)
 
+        size = stats.size + (_histograms.size(len(hist_rows)) if hist_rows is not None else 0)
         if "iteration" not in context:
             return compute()
-        return backend.cond(stats_fn.sampled(), compute, stats.size)
+        return backend.cond(stats_fn.sampled(), compute, size)
 
     def is_sampled():
         if "iteration" not in context:
@@ -127,6 +108,17 @@ def _stats_fn(model, layers, context, groups, every_n_steps):
         return sampled(context["iteration"], context["steps"], every_n_steps)
 
     stats_fn.needs_weights, stats_fn.sampled = needs_weights(groups), is_sampled
+    seen = {"full": False}  # a batch of 2 or more rows was seen
+
+    def check_rows(b):
+        """A batch of fewer than 2 rows (known when traced, or eagerly) before any of 2 or more: error."""
+        if isinstance(b, int) and b >= 2:
+            seen["full"] = True
+        elif isinstance(b, int) and not seen["full"]:
+            expected = "without 'noise_scale' for batches of fewer than 2 rows (the noise scale compares "
+            _checks.fail("include", expected + f"the gradients of a batch's two halves; one has {b})", groups)
+
+    stats_fn.needs_halves, stats_fn.check_rows = needs_halves(groups), check_rows
     return stats_fn
 
 
@@ -134,15 +126,15 @@ def _make_steps(model, metric, layers, groups, every_n_steps):
     """The wrapped train/test steps; the train step first reads the state sampling and an accumulated
     update need."""
     context = {}
-    if groups == ("norm",) and every_n_steps == 1:
+    if groups == ("norm",) and every_n_steps == 1 and not metric.hist_size:
         norms_fn = _norms_fn(model, layers, context)
     else:
-        norms_fn = _stats_fn(model, layers, context, groups, every_n_steps)
+        norms_fn = _stats_fn(model, layers, context, groups, every_n_steps, bool(metric.hist_size))
     wrapped_train, test_step = backend.wrap_train_step(model, metric, norms_fn)
 
     def train_step(*args):  # the backend's step arguments, handed back to it unread
         context.clear()
-        context.update(_step_state(model, args, every_n_steps))
+        context.update(step_state(model, args, every_n_steps, metric))
         return wrapped_train(*args)
 
     train_step._gradkit = metric
@@ -164,7 +156,8 @@ def track_gradient_norm(model, per_layer=False, include=("norm",), every_n_steps
             Defaults to False.
         include: a group name or a list of them among "norm" (`grad_norm`), "clipped"
             (`grad_norm_clipped`, `clip_fraction`), "params" (`param_norm`), "updates" (`update_norm`,
-            `update_ratio`), "health" (`grad_max`, `grad_nonfinite`, `grad_zero_fraction`), or "all".
+            `update_ratio`), "health" (`grad_max`, `grad_nonfinite`, `grad_zero_fraction`), "noise_scale"
+            (`noise_scale`, B_simple; one more pass over half of each recorded batch), or "all".
             Defaults to ("norm",).
         every_n_steps: int >= 1, record the values of every n-th applied update only (the first, the
             (n+1)-th, ...; counted by the optimizer's iterations, across `fit` calls); the other steps
@@ -177,7 +170,9 @@ def track_gradient_norm(model, per_layer=False, include=("norm",), every_n_steps
         TypeError: `model` is not a `keras.Model`; `per_layer` is not a bool; `include` is not a
             string or a list of strings; `every_n_steps` is not an int.
         ValueError: `per_layer=True` on an unbuilt model or on one without a trainable layer; an
-            unknown group in `include`; `every_n_steps < 1`.
+            unknown group in `include`; `every_n_steps < 1`; (at the first training step, before any
+            update) "noise_scale" with a batch of one row. On JAX, Keras' `fit` then leaves the
+            model's variables in its step state: build the model anew.
 
     Example:
         >>> gradkit.track_gradient_norm(model, include=("norm", "updates"))     # doctest: +SKIP
@@ -188,6 +183,12 @@ def track_gradient_norm(model, per_layer=False, include=("norm",), every_n_steps
     check_model(model)
     per_layer = _checks.check_flag(per_layer, "per_layer")
     groups, every_n_steps = check_include(include), check_every_n_steps(every_n_steps)
+    return install(model, per_layer, groups, every_n_steps)
+
+
+def install(model, per_layer, groups, every_n_steps, histograms=False):
+    """`track_gradient_norm` on checked arguments; `histograms`: also capture per-layer gradient
+    histograms (`_histograms`, for `GradientNormCallback(histogram_freq=...)`)."""
     if per_layer and not model.built:
         expected = "a built model when per_layer=True (call it on a batch or start it with keras.Input)"
         _checks.fail("model", expected, model)
@@ -195,13 +196,19 @@ def track_gradient_norm(model, per_layer=False, include=("norm",), every_n_steps
     if per_layer and not layers:
         _checks.fail("per_layer", "False for a model without a trainable top-level layer", per_layer)
     names = log_names(groups, [layer.name for layer in layers])
+    if histograms and not model.built:
+        _checks.fail("model", "a built model when histogram_freq > 0 (call it on a batch first)", model)
+    if histograms and not norm_layers(model):
+        _checks.fail("histogram_freq", "0 for a model without a trainable top-level layer", histograms)
     config = {"per_layer": per_layer, "include": groups, "every_n_steps": every_n_steps}
+    config["histograms"] = bool(histograms)
     metric = tracked_metric(model)
     installed = getattr(vars(model).get("train_step"), "_gradkit", None)
     if metric is not None and installed is metric and metric.config == config:
         return model
     untrack_gradient_norm(model)
-    metric = GradientNormMetric(names)
+    hist_size = _histograms.size(len(norm_layers(model))) - 1 if histograms else 0  # the table
+    metric = GradientNormMetric(names, noise_slots=noise_slots(names), hist_size=hist_size)
     object.__setattr__(metric, "config", config)  # not a tracked attribute
     _keras_internals.set_tracked_attribute(model, _ATTR, metric)
     model.train_step, model.test_step = _make_steps(model, metric, layers, groups, every_n_steps)

@@ -35,7 +35,8 @@ McNemar's exact test (`gradkit.compare`). The output directory holds:
                          broke it and by which attack (with "fmn": its minimal Linf norm found)
     robustness.png       accuracy vs eps, one line per model and attack, the worst case boldest,
                          95% bands
-    grad_norm.png        per-epoch gradient norm of each model, each member's start marked
+    grad_norm.png        per-epoch gradient norm, a panel per model (plot_training_diagnostics),
+                         boosted members labelled
     single.keras         the single network; adv_single.keras the adversarially trained one (no trace
                          of adversarial training); adaboost_m1/, adv_boost/: `gradkit.load`-able
                          directories

@@ -20,11 +20,12 @@ import numpy as np
 from tqdm import tqdm
 
 from gradkit._checks import fail
+from gradkit._diagnostic_plots import plot_training_diagnostics
 from gradkit.attacks import decide
 from gradkit.backend import enable_determinism
 from gradkit.errors import WorseThanRandomError
 from gradkit.gradients import as_ensemble
-from gradkit.plotting import plot_grad_norm, plot_robustness
+from gradkit.plotting import plot_robustness
 from gradkit.study import _attack, _compare, _outdir
 from gradkit.study._config import MODELS, StudyConfig
 from gradkit.study._models import load_model, model_path, save_model
@@ -214,4 +215,18 @@ def _write_outputs(state, out, labels):
         caption=f"n = {state['n_test']} test points, Keras backend {state['backend']}; bands: {INTERVAL}; "
         f"{', '.join(attacks)}: cumulative (broken at this eps or below)",
     )  # fmt: skip
-    plot_grad_norm(state["grad_norm"], os.path.join(out, "grad_norm.png"), title=f"Gradient norm - {title}")
+    path = os.path.join(out, "grad_norm.png")
+    plot_training_diagnostics(_panels(state["grad_norm"]), path, title=f"Gradient norm - {title}")
+
+
+def _panels(grad_norm):
+    """grad_norm.png's panels: `{model: {"grad_norm": per-epoch values}}` for a model trained in one fit
+    ("single", "adv_single"), a list of them, one per fit, for the boosted ones (members labelled)."""
+    panels = {}
+    for name, fits in grad_norm.items():
+        fits = [fits] if fits and not isinstance(fits[0], list) else fits
+        if name in SINGLES or len(fits) <= 1:
+            panels[name] = {"grad_norm": [v for fit in fits for v in fit]}
+        else:
+            panels[name] = [{"grad_norm": fit} for fit in fits]
+    return panels

@@ -11,7 +11,7 @@ FILES = {
     "results.csv": "the result rows: model, attack, eps, accuracy, ci_low, ci_high, n_points, scope",
     "samples.csv": "per test sample: label; per model clean correct, smallest eps that broke it, by what",
     "robustness.png": "accuracy vs eps with 95% bands, the worst case drawn boldest",
-    "grad_norm.png": "gradient norm per epoch during training, one curve per model (members end to end)",
+    "grad_norm.png": "gradient norm per epoch during training, one panel per model (members labelled)",
 }
 
 
