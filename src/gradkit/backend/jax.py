@@ -2,13 +2,12 @@
 
 import jax
 import jax.numpy as jnp
-import keras
-import numpy as np
 
 from gradkit.backend._common import bind_all_but_x, quiet_retracing, set_random_seed, stateless_call  # noqa: F401
 from gradkit.backend._common import xla_determinism as enable_determinism  # noqa: F401
 from gradkit.backend._halves import first_half, half_loss
 from gradkit.backend._jax_connected import check_connected as _check_connected
+from gradkit.backend._jax_distribution import batch_multiple, distribute_batch, to_numpy  # noqa: F401
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
 from gradkit.backend._search import jax_search as compile_search  # noqa: F401
 from gradkit.backend._search import jax_seed_state as seed_state  # noqa: F401
@@ -88,40 +87,6 @@ def compile_step(objective, update):
 
     call.trace_count = 0
     return call
-
-
-def batch_multiple():
-    """Rows per batch must be a multiple of this: the data-parallel device count, else 1."""
-    dist = keras.distribution.distribution()
-    if dist is None:
-        return 1
-    layout = dist.get_data_layout((1,))
-    mesh = layout.device_mesh
-    axis = mesh.axis_names.index(dist.batch_dim_name)
-    return int(mesh.shape[axis])
-
-
-def distribute_batch(structure):
-    """Shards every leaf along its batch axis under the active `keras.distribution`, else no-op."""
-    dist = keras.distribution.distribution()
-    if dist is None:
-        return structure
-    return keras.tree.map_structure(
-        lambda t: keras.distribution.distribute_tensor(t, dist.get_data_layout(tuple(t.shape))), structure
-    )
-
-
-def to_numpy(tensor):
-    """`keras.ops.convert_to_numpy(tensor)`; an array sharded over the devices of several processes (a
-    `keras.distribution` mesh spanning a `jax.distributed` group) is gathered from all of them first:
-    every process must then call it, in the same order."""
-    if isinstance(tensor, keras.Variable):
-        tensor = tensor.value
-    if isinstance(tensor, jax.Array) and not tensor.is_fully_addressable:
-        from jax.experimental import multihost_utils
-
-        return np.asarray(multihost_utils.process_allgather(tensor, tiled=True))
-    return keras.ops.convert_to_numpy(tensor)
 
 
 def _total(t):

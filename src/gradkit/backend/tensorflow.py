@@ -1,8 +1,5 @@
 """TensorFlow backend: one `tf.function` per loss, differentiated with `tf.GradientTape`."""
 
-import contextlib
-import logging
-
 import keras
 import tensorflow as tf
 
@@ -20,47 +17,12 @@ from gradkit.backend._search import tf_search as compile_search  # noqa: F401
 from gradkit.backend._search import tf_seed_state as seed_state  # noqa: F401
 from gradkit.backend._search import tf_uniform as uniform  # noqa: F401
 from gradkit.backend._tf_halves import half_gradients as _half_gradients
+from gradkit.backend._tf_logging import quiet_retracing  # noqa: F401
 from gradkit.backend._weight_stats import cond, stats_builder  # noqa: F401
 from gradkit.errors import DisconnectedGradientError
 
 ROW_QUANTUM = None  # None: rows are padded to the batch size or the next power of two (traces are costly)
 EAGER = False
-
-
-class _OwnTracesFilter(logging.Filter):
-    """Drops TensorFlow's "N out of the last N calls to ... triggered tf.function retracing" about
-    gradkit's own functions: TensorFlow counts traces per code object, so one `compile_grad` (or
-    `compile_forward`) per model
-    (each traced once per input signature, see `trace_count`) reads to it as one function retracing.
-    """
-
-    def filter(self, record):
-        message = record.getMessage()
-        own = any(
-            f"{name}.<locals>" in message
-            for name in ("compile_grad", "compile_forward", "compile_step", "tf_search")
-        )
-        return "tf.function retracing" not in message or not own
-
-
-tf.get_logger().addFilter(_OwnTracesFilter())
-
-
-class _RetracingFilter(logging.Filter):
-    def filter(self, record):
-        return "tf.function retracing" not in record.getMessage()
-
-
-@contextlib.contextmanager
-def quiet_retracing():
-    """Drops TensorFlow's retracing warnings inside the block: gradkit's own `predict` on each new model
-    (boosting members) traces Keras' predict function once per model, which is not a retrace."""
-    quiet = _RetracingFilter()
-    tf.get_logger().addFilter(quiet)
-    try:
-        yield
-    finally:
-        tf.get_logger().removeFilter(quiet)
 
 
 def variable_values(variables, differentiable=False):
