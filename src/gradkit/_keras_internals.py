@@ -111,3 +111,10 @@ def torch_device():
     from keras.src.backend.torch.core import get_device
 
     return get_device()
+
+
+def is_seed_state(variable):
+    """True for the state variable of a `keras.random.SeedGenerator` (a layer's random draws: Dropout,
+    GaussianNoise, a user's `keras.random.normal(..., seed=self.seed_generator)`): Keras names it
+    "seed_generator_state" and tracks it among the layer's non-trainable variables."""
+    return getattr(variable, "name", None) == "seed_generator_state"
