@@ -73,7 +73,10 @@ def _propose(state, fixed, norm, bounds, active):
     return new
 
 
-def _update(objective, norm, clip):
+def _update(objective, norm, clip, expectation=False):
+    """The step's update; with `expectation` (EOT) a row goes on after its first success, towards the
+    highest expected loss (each draw's success is one draw's, the example must fool the others too)."""
+
     def update(state, aux, grad, fixed):
         values, logits = aux
         valid = fixed["weights"]["rows"] > 0
@@ -89,7 +92,7 @@ def _update(objective, norm, clip):
         state["n_evaluated"] = state["n_evaluated"] + ops.sum(ops.cast(active, "int32"))
         state["k"] = state["k"] + 1
         state = _checkpoint(state, fixed, active)
-        still = ops.logical_and(active, ops.logical_not(state["success"]))
+        still = active if expectation else ops.logical_and(active, ops.logical_not(state["success"]))
         state = _propose(state, fixed, norm, (fixed["lo"], fixed["hi"]) if clip else None, still)
         state["active"] = still
         return state
@@ -133,13 +136,16 @@ def apgd_device(session, x0, labels, targets, *, steps, rng, rho, momentum=0.75)
     """`_apgd.apgd_core` on the engine for the session's objective: `(x_adv, success)` for the rows
     `x0` `(m, ...)` with `labels` (and `targets`, APGD-T, or None); success means misclassification.
     The start is drawn from `rng` as the core draws it; the evaluated rows are added to
-    `session.n_gradients`."""
+    `session.n_gradients`. With EOT (`session.objective.eot_iter` > 1) every row runs all `steps` and
+    returns its iterate of highest expected loss, the mean over the draws (Athalye et al. 2018): a
+    first success is one draw's, and an example on the boundary of one draw fools few others."""
     eps, norm, clip = session.eps, session.norm, session.clip_values
     start = sphere_start(x0, eps, norm, np.random.default_rng(rng))
     start = geometry.project_and_clip(np.asarray(start, np.float32), x0, eps, norm, clip)
     objective = session.objective
-    step = objective.step_function("apgd", _update(objective, norm, clip is not None), norm=norm,
-                                   clip=clip is not None)  # fmt: skip
+    expectation = objective.eot_iter > 1
+    step = objective.step_function("apgd", _update(objective, norm, clip is not None, expectation), norm=norm,
+                                   clip=clip is not None, expectation=expectation)  # fmt: skip
     lo, hi = clip or (0.0, 0.0)
     fixed_scalars = dict(eps=eps, lo=lo, hi=hi, rho=rho, momentum=momentum)
     constants = {k: engine.scalar(v) for k, v in fixed_scalars.items()}
@@ -158,7 +164,9 @@ def apgd_device(session, x0, labels, targets, *, steps, rng, rho, momentum=0.75)
                 state["mark"] = off
                 if not bool(backend.to_numpy(ops.any(state["active"]))):
                     break
-        final = ops.where(_rows(state["success"], state["adv"]), state["adv"], state["best_x"])
+        final = state["best_x"]
+        if not expectation:
+            final = ops.where(_rows(state["success"], state["adv"]), state["adv"], final)
         adv.append(engine.to_host(final, stop - first))
         success.append(engine.to_host(state["success"], stop - first))
         session.n_gradients += int(backend.to_numpy(state["n_evaluated"]))

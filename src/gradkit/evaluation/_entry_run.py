@@ -17,8 +17,7 @@ def _attack(model, x_rows, y_rows, entry, config, seed, state):
         x_adv = _plan.check_adversarial(
             entry, x_rows, entry.fn(model, x_rows, y_rows, eps=config.eps), config
         )
-        state.n_forwards += len(x_rows)
-        return x_adv, registry.decide(model, x_adv, config.batch_size) != y_rows, None
+        return x_adv, fooled(model, x_adv, y_rows, config, state), None
     result = registry.run_attack(
         entry.attack, model, x_rows, y_rows, eps=config.eps, norm=config.norm, clip_values=config.clip_values,
         batch_size=config.batch_size, seed=seed, **_plan.options(entry, config),
@@ -31,12 +30,22 @@ def _attack(model, x_rows, y_rows, entry, config, seed, state):
     return x_adv, _confirm(model, x_adv, y_rows, hit, config, state), result.zero_gradient
 
 
+def fooled(model, x_adv, y_rows, config, state):
+    """(m,) bool: `x_adv` fools the model's decision rule. On a randomized model (the probe of `clean`
+    fired) one prediction is one draw: the example must fool more than half of `eot_iter` predictions,
+    each a new draw, so that a verdict does not rest on one lucky draw (AutoAttack judges one)."""
+    repeats = config.eot_iter if state.randomized else 1
+    wrong = sum(registry.decide(model, x_adv, config.batch_size) != y_rows for _ in range(repeats))
+    state.n_forwards += repeats * len(y_rows)
+    return 2 * wrong > repeats
+
+
 def _confirm(model, x_adv, y_rows, hit, config, state):
-    """`hit` (m,) bool where `decide` agrees that `x_adv` fools the model; counts the disagreements."""
+    """`hit` (m,) bool where `decide` agrees that `x_adv` fools the model (`fooled`); counts the
+    disagreements."""
     confirmed = hit.copy()
     if hit.any():
-        confirmed[hit] = registry.decide(model, x_adv[hit], config.batch_size) != y_rows[hit]
-        state.n_forwards += int(hit.sum())
+        confirmed[hit] = fooled(model, x_adv[hit], y_rows[hit], config, state)
         state.unconfirmed += int(hit.sum() - confirmed.sum())
     return confirmed
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from gradkit import attacks as registry
 from gradkit.evaluation import _plan, _state, _versions
-from gradkit.evaluation._entry_run import run_entry
+from gradkit.evaluation._entry_run import fooled, run_entry
 from gradkit.evaluation._result import from_state
 from gradkit.evaluation._stats import points_digest
 from gradkit.gradients import as_ensemble, check_surrogate, member_gradient_norms, predict_batched
@@ -189,18 +189,17 @@ def _randomness(model, x, batch_size):
 
 
 def clean(model, x, labels, config, prediction=None):
-    """The state before any attack: clean decisions (`prediction`, computed if None) and the randomness
-    probe."""
-    if prediction is None:
-        prediction = registry.decide(model, x, config.batch_size)
-    robust = np.asarray(prediction) == labels
+    """The state before any attack: the randomness probe and the clean decisions (`prediction`, computed
+    if None: on a randomized model by the majority of `eot_iter` draws)."""
     probe = 2 * min(len(x), _PROBE) * len(as_ensemble(model).models)
-    return _state.State(
-        robust=robust,
-        broken_by=[None if r else "clean" for r in robust],
-        x_adv=x.copy(),
-        zero_gradient=np.zeros(len(x), bool),
-        clean_accuracy=float(robust.mean()),
-        randomized=_randomness(model, x, config.batch_size),
-        n_forwards=len(x) + probe,
-    )
+    state = _state.State(
+        robust=np.zeros(len(x), bool), broken_by=[], x_adv=x.copy(), zero_gradient=np.zeros(len(x), bool),
+        clean_accuracy=0.0, randomized=_randomness(model, x, config.batch_size), n_forwards=probe,
+    )  # fmt: skip
+    if prediction is None:  # on a randomized model, the majority of `eot_iter` draws (`fooled`)
+        state.robust = ~fooled(model, x, labels, config, state)
+    else:
+        state.robust, state.n_forwards = np.asarray(prediction) == labels, probe + len(x)
+    state.broken_by = [None if r else "clean" for r in state.robust]
+    state.clean_accuracy = float(state.robust.mean())
+    return state
