@@ -107,15 +107,19 @@ class AttackGradient:
         mean over that many forward passes, each a new draw of the model's randomness (the seed states
         threaded from pass to pass), and the logits of the last pass (as AutoAttack's EOT)."""
         labels, targets = y
-        total = 0.0
-        for _ in range(self.eot_iter):
-            logits, non_trainables = self._logits(trainables, non_trainables, x)
-            total = total + _objectives.combine(
+
+        def draw(non_trainables):
+            logits, after = self._logits(trainables, non_trainables, x)
+            values = _objectives.combine(
                 logits, weights["alpha"], labels, targets, loss=self.loss, combination=self.combination,
                 targeted=self.targeted, temperature=self.temperature,
             )  # fmt: skip
-        values = total / self.eot_iter if self.eot_iter > 1 else total
-        return keras.ops.sum(values * weights["rows"]), (values, keras.ops.stack(logits))
+            return values, keras.ops.stack(logits), after
+
+        values, logits, after = draw(non_trainables)
+        if self.eot_iter > 1:  # one traced body (`keras.ops.fori_loop`): a compile of one pass, not 20
+            values, logits, _ = _randomness.expectation(draw, values, logits, after, self.eot_iter)
+        return keras.ops.sum(values * weights["rows"]), (values, logits)
 
     def _logits(self, trainables, non_trainables, x):
         """Every member's logits `[(n, C)]` and its non-trainable values after the call; with a

@@ -42,3 +42,18 @@ def advance(variable_lists, indices):
             moved = value.astype(np.int64)
             moved[-1] = (moved[-1] + STRIDE) % wrap
             variable.assign(moved.astype(value.dtype))
+
+
+def expectation(draw, values, logits, state, eot_iter):
+    """The mean of `values` over `eot_iter` draws and the last draw's logits: `draw(state) -> (values,
+    logits, state)` is called `eot_iter - 1` more times after the first `(values, logits, state)`, the
+    seed states threaded from call to call (each a new draw), in `keras.ops.fori_loop`."""
+    state = keras.tree.map_structure(keras.ops.convert_to_tensor, state)
+
+    def body(_, carry):
+        total, _, state = carry
+        values, logits, state = draw(state)
+        return total + values, logits, keras.tree.map_structure(keras.ops.convert_to_tensor, state)
+
+    total, logits, state = keras.ops.fori_loop(1, eot_iter, body, (values, logits, state))
+    return total / eot_iter, logits, state
