@@ -146,7 +146,8 @@ def evaluate_shard(model, x, y, *, epsilons, rows=None, state_path=None, norm=np
     x, labels, classes = _plan.check_data(model, x, y)
     epsilons = _epsilons(epsilons)
     config = _plan.check_config(
-        model, classes, version=version, attacks=attacks, eot_iter=eot_iter, eps=epsilons[0], norm=norm, clip_values=clip_values,
+        model, classes, version=version, attacks=attacks, eot_iter=eot_iter, eps=epsilons[0], norm=norm,
+        clip_values=clip_values,
         batch_size=batch_size, seed=seed, n_queries=n_queries, steps=steps, verbose=verbose,
     )  # fmt: skip
     if any(e.fn is not None for e in config.entries):
