@@ -14,6 +14,8 @@ Measured side by side in one run:
   queried). The same comparison runs again under `study_cnn` on the study's default CNN (two 3x3
   convolutions of 16 and 32 filters, each followed by a 2x2 max-pool; logits), where the forward pass
   costs about eight times the small CNN's.
+- `fab_t_cost_study_cnn`: on the study's CNN at eps 0.1, the cascade APGD-CE, APGD-T, FAB-T, Square;
+  `fab_t_added_share` is FAB-T's time over the other three's in that run (goal <= 0.25).
 
 Run standalone (`python benchmarks/bench_evaluation.py`) or via `benchmarks/run.py`.
 """
@@ -130,6 +132,23 @@ def _against_torchattacks(model, x, y, repeats=2):
     }
 
 
+def _fab_t_cost(model, x, y):
+    """What FAB-T adds to `evaluate` (the issue's goal: at most 25%): the cascade APGD-CE, APGD-T,
+    FAB-T, Square at eps 0.1, FAB-T's seconds over those of the three others in the same run (a ratio
+    inside one run, robust to a noisy machine), with the points FAB-T attacked and broke."""
+    attacks = ["apgd-ce", "apgd-t", "fab-t", "square"]
+    seconds, result = _evaluate(model, x, y, attacks=attacks)
+    fab = result.per_attack["fab-t"]
+    return {
+        "evaluate_with_fab_t_s": round(seconds, 2),
+        "seconds_per_attack": {k: round(v["seconds"], 2) for k, v in result.per_attack.items()},
+        "fab_t_points": fab["n_points"],
+        "fab_t_broken": fab["n_broken"],
+        "fab_t_added_share": round(fab["seconds"] / (seconds - fab["seconds"]), 3),
+        "robust_accuracy": result.robust_accuracy,
+    }
+
+
 def run():
     model, x, y = _model()
     fns = {
@@ -152,6 +171,7 @@ def run():
     if backend == "torch":
         out.update(_against_torchattacks(model, x, y))
         out["study_cnn"] = _against_torchattacks(*_model(study_cnn=True))
+    out["fab_t_cost_study_cnn"] = _fab_t_cost(*_model(study_cnn=True))
     return {"evaluation": out}
 
 

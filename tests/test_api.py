@@ -8,7 +8,7 @@ import gradkit
 
 TOP = [
     "AdaBoostM1", "DisconnectedGradientError", "Evaluation", "GradientNormCallback", "InputGradient",
-    "SAMME", "WeightGradient", "WeightedEnsemble", "apgd", "bim", "compare", "evaluate", "fgsm",
+    "SAMME", "WeightGradient", "WeightedEnsemble", "apgd", "bim", "compare", "evaluate", "fab", "fgsm",
     "gradient_norm", "input_gradient", "load", "pgd", "plot_grad_norm", "plot_robustness",
     "plot_training_diagnostics", "robustness_curve", "run_study",
     "square", "track_gradient_norm", "untrack_gradient_norm", "weight_gradients", "adversarial_training",
@@ -29,7 +29,7 @@ PACKAGES = {
     ],
     "gradkit.attacks": [
         "NAMES", "TINY", "direction_tensor", "per_sample_norm_tensor", "project_and_clip_tensor",
-        "AttackResult", "apgd", "bim", "decide", "default_eps_step", "fgsm", "gradient_for",
+        "AttackResult", "apgd", "bim", "decide", "default_eps_step", "fab", "fgsm", "gradient_for",
         "is_ensemble", "pgd", "predict_labels", "prepare", "run_attack", "square",
     ],
     "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "describe", "load"],

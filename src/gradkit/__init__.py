@@ -30,6 +30,7 @@ _EXPORTS = {
     "bim": "gradkit.attacks",
     "pgd": "gradkit.attacks",
     "apgd": "gradkit.attacks",
+    "fab": "gradkit.attacks",
     "square": "gradkit.attacks",
     "robustness_curve": "gradkit.evaluation",
     "evaluate": "gradkit.evaluation",

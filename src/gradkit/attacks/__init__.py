@@ -19,6 +19,7 @@ References:
 
 from gradkit.attacks._apgd_attack import apgd
 from gradkit.attacks._bim import bim
+from gradkit.attacks._fab import fab
 from gradkit.attacks._fgsm import fgsm
 from gradkit.attacks._geometry import TINY
 from gradkit.attacks._geometry import default_eps_step
@@ -43,6 +44,7 @@ __all__ = [
     "apgd",
     "bim",
     "decide",
+    "fab",
     "default_eps_step",
     "direction_tensor",
     "gradient_for",

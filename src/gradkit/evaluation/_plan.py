@@ -16,8 +16,9 @@ from gradkit.attacks import NAMES, is_ensemble
 from gradkit.evaluation import _versions
 from gradkit.gradients import as_ensemble, check_labels, check_x, n_outputs, output_index, resolve_loss
 
-GRADIENT = ("apgd-ce", "apgd-dlr", "apgd-t", "pgd", "bim", "fgsm")
-ITERATIVE = ("apgd-ce", "apgd-dlr", "apgd-t", "pgd", "bim")
+GRADIENT = ("apgd-ce", "apgd-dlr", "apgd-t", "fab-t", "pgd", "bim", "fgsm")
+ITERATIVE = ("apgd-ce", "apgd-dlr", "apgd-t", "fab-t", "pgd", "bim")
+SURROGATE = ("apgd-ce", "apgd-dlr", "apgd-t", "pgd", "bim", "fgsm")  # the attacks that take `surrogate`
 OBJECTIVES = ("loss_sum", "logit_mean", "prob_mean", "vote_margin")
 ENSEMBLE_OBJECTIVES = ("loss_sum", "vote_margin")
 _MIN_CLASSES = _versions.MIN_CLASSES
@@ -200,7 +201,7 @@ def options(entry, config):
     opts.update(entry.settings)
     if entry.objective:
         opts["objective"] = entry.objective
-    if config.surrogate is not None and entry.attack in GRADIENT:
+    if config.surrogate is not None and entry.attack in SURROGATE:
         opts["surrogate"] = config.surrogate
     return opts
 

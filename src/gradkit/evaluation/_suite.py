@@ -67,7 +67,7 @@ def evaluate(
             "standard", or "custom" when `attacks` is given.
         attacks: None (default: the version's list), one attack name, or a list of names of
             `gradkit.attacks.NAMES`
-            ("apgd-ce", "apgd-dlr", "apgd-t", "square", "pgd", "bim", "fgsm"), each optionally
+            ("apgd-ce", "apgd-dlr", "apgd-t", "fab-t", "square", "pgd", "bim", "fgsm"), each optionally
             "name/objective" with an ensemble objective ("loss_sum", "logit_mean", "prob_mean",
             "vote_margin"), and callables `fn(model, x, y, eps=eps) -> x_adv` (judged here with
             `gradkit.attacks.decide`); alone or with version="custom". The string "standard" is
@@ -88,7 +88,8 @@ def evaluate(
             uses `seed + j`, so a shard of whole blocks (`gradkit evaluate --shard`) gets the same
             per-point results as the whole run.
         n_queries: int >= 1, Square's query budget. Defaults to 5000.
-        steps: int >= 1, iterations of APGD, PGD and BIM. Defaults to 100.
+        steps: int >= 1, iterations of APGD, FAB-T, PGD and BIM. Defaults to 100. ("fab-t" is
+            AutoAttack's FAB-T: the top 9 target classes, 1 restart, on the points still robust.)
         state_path: None (default) or a JSON file path: after each finished attack the state is saved
             there atomically (arrays in `<stem>.<k>.npz` next to it); a rerun with the same arguments
             and the same model (its weights' SHA-256 is part of the state) continues after the last

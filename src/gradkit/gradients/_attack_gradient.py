@@ -102,6 +102,11 @@ class AttackGradient:
     def _values(self, *args):
         return self._objective(*args)[1]
 
+    def member_logits(self, trainables, non_trainables, x):
+        """Every member's logits `[(n, C)] * K` at backend tensors `x`, inside a compiled step (the
+        variable values as `step_function` receives them; FAB reads the decision at its new iterate)."""
+        return self._logits(trainables, non_trainables, x)[0]
+
     def _objective(self, trainables, non_trainables, x, y, weights):
         """The weighted sum of the per-sample objective and `(values, logits)`; with `eot_iter` > 1 the
         mean over that many forward passes, each a new draw of the model's randomness (the seed states

@@ -16,7 +16,7 @@ References:
 
 from keras import ops
 
-LOSSES = ("ce", "dlr", "margin")
+LOSSES = ("ce", "dlr", "margin", "logit_diff")
 COMBINATIONS = ("loss_sum", "logit_mean", "prob_mean", "vote_margin")
 _LOWEST = -3.0e38  # pushes a class out of a max without inf arithmetic, whatever the logits' scale
 _TINY = 1e-12
@@ -66,7 +66,13 @@ def dlr(z, y, t, targeted):
     return -(z_y - _other_max(z, oy)) / (top[:, 0] - top[:, 2] + _TINY)
 
 
-_LOSS_FNS = {"ce": ce, "dlr": dlr, "margin": margin}
+def logit_diff(z, y, t, targeted):
+    """The difference of logits z_t - z_y (`targeted` unused): negative while the class y beats t, zero
+    on their decision boundary. FAB (Croce & Hein 2020) linearizes it for every t != y."""
+    return ops.sum(z * _one_hot(t, z), axis=-1) - ops.sum(z * _one_hot(y, z), axis=-1)
+
+
+_LOSS_FNS = {"ce": ce, "dlr": dlr, "margin": margin, "logit_diff": logit_diff}
 
 
 def combine(logits, alphas, y, t, *, loss, combination, targeted, temperature=1.0):
@@ -76,7 +82,8 @@ def combine(logits, alphas, y, t, *, loss, combination, targeted, temperature=1.
     - logit_mean: L(sum_k alpha_k z_k / sum_k alpha_k);
     - prob_mean: L(log of the weighted mean of the members' softmax probabilities);
     - vote_margin: a margin on the temperature-smoothed weighted vote V = sum_k alpha_k
-      softmax(z_k / T) / sum_k alpha_k (`loss` unused): max_{j != y} V_j - V_y, or V_t - max_{j != t} V_j.
+      softmax(z_k / T) / sum_k alpha_k: max_{j != y} V_j - V_y, or V_t - max_{j != t} V_j (`loss`
+      unused, except "logit_diff": V_t - V_y).
     """
     fn = _LOSS_FNS[loss]
     total = ops.sum(alphas)
@@ -88,7 +95,7 @@ def combine(logits, alphas, y, t, *, loss, combination, targeted, temperature=1.
         mean = sum(alphas[k] * ops.softmax(z, axis=-1) for k, z in enumerate(logits)) / total
         return fn(ops.log(mean + _TINY), y, t, targeted)
     votes = sum(alphas[k] * ops.softmax(z / temperature, axis=-1) for k, z in enumerate(logits)) / total
-    return margin(votes, y, t, targeted)
+    return (logit_diff if loss == "logit_diff" else margin)(votes, y, t, targeted)
 
 
 def as_logits(out, is_logits):
