@@ -172,11 +172,11 @@ def test_resume_continues_after_the_last_finished_attack(data, monkeypatch, tmp_
     install(monkeypatch, Fake(fail_on="square"))
     with pytest.raises(KeyboardInterrupt):
         evaluate(model, x, y, eps=0.1, state_path=path, verbose=0)
-    assert sorted(os.listdir(path.parent)) == ["eval.2.npz", "eval.json"]
+    assert sorted(os.listdir(path.parent)) == ["eval.3.npz", "eval.json"]  # APGD-CE, APGD-T, FAB-T done
     rest = install(monkeypatch, Fake())
     resumed = evaluate(model, x, y, eps=0.1, state_path=path, verbose=0)
     assert [c[0] for c in rest.calls] == ["square"]
-    assert sorted(os.listdir(path.parent)) == ["eval.3.npz", "eval.json"]
+    assert sorted(os.listdir(path.parent)) == ["eval.4.npz", "eval.json"]
     install(monkeypatch, Fake())
     whole = evaluate(model, x, y, eps=0.1, verbose=0)
     assert resumed.broken_by == whole.broken_by
