@@ -406,6 +406,8 @@ def test_ensemble_of_trained_models(model):
         "apgd-ce/vote_margin",
         "apgd-t/loss_sum",
         "apgd-t/vote_margin",
+        "fab-t/loss_sum",
+        "fab-t/vote_margin",
     ]
     assert "one_network" not in [f["name"] for f in ev.flags]
 
