@@ -19,7 +19,8 @@ TOP = [
 PACKAGES = {
     "gradkit.gradients": [
         "AttackGradient", "InputGradient", "LossSpec", "WeightGradient", "WeightedEnsemble", "as_ensemble",
-        "cached", "check_attack_loss", "check_labels", "check_model", "check_sample_weight", "check_x",
+        "cached", "check_attack_loss", "check_labels", "check_model", "check_sample_weight",
+        "check_surrogate", "check_x",
         "input_gradient", "labels_for_loss", "member_forward", "member_gradient_norms",
         "classes_from_outputs",
         "n_outputs", "output_index", "outputs_are_logits", "predict_batched", "predict_classes",

@@ -17,8 +17,24 @@ from gradkit import attacks as registry
 from gradkit.evaluation import Evaluation, check_curve, evaluate
 from gradkit.gradients import WeightedEnsemble
 
-THRESHOLDS = {"fgsm": 0.2, "pgd": 0.3, "apgd-ce": 0.5, "apgd-dlr": 0.5, "apgd-t": 0.6, "square": 0.7}
-OFFSETS = {"fgsm": 1e-3, "pgd": 2e-3, "apgd-ce": 3e-3, "apgd-dlr": 4e-3, "apgd-t": 5e-3, "square": 6e-3}
+THRESHOLDS = {
+    "fgsm": 0.2,
+    "pgd": 0.3,
+    "apgd-ce": 0.5,
+    "apgd-dlr": 0.5,
+    "apgd-t": 0.6,
+    "fab-t": 0.6,
+    "square": 0.7,
+}
+OFFSETS = {
+    "fgsm": 1e-3,
+    "pgd": 2e-3,
+    "apgd-ce": 3e-3,
+    "apgd-dlr": 4e-3,
+    "apgd-t": 5e-3,
+    "fab-t": 5.5e-3,
+    "square": 6e-3,
+}
 
 
 def linear(n_features=4, n_classes=5, seed=0):
@@ -98,7 +114,9 @@ def fake(monkeypatch):
 
 def test_cascade_keeps_the_per_sample_worst_case(data, fake):
     model, x, y = data
-    ev = evaluate(model, x, y, eps=0.1, verbose=0)
+    ev = evaluate(
+        model, x, y, eps=0.1, attacks=["apgd-ce", "apgd-t", "square"], verbose=0
+    )  # AA without FAB-T
     clean = registry.decide(model, x) == y
     d = x[:, 0]
     assert ev.attacks == ["apgd-ce", "apgd-t", "square"]
@@ -154,11 +172,11 @@ def test_resume_continues_after_the_last_finished_attack(data, monkeypatch, tmp_
     install(monkeypatch, Fake(fail_on="square"))
     with pytest.raises(KeyboardInterrupt):
         evaluate(model, x, y, eps=0.1, state_path=path, verbose=0)
-    assert sorted(os.listdir(path.parent)) == ["eval.2.npz", "eval.json"]
+    assert sorted(os.listdir(path.parent)) == ["eval.3.npz", "eval.json"]  # APGD-CE, APGD-T, FAB-T done
     rest = install(monkeypatch, Fake())
     resumed = evaluate(model, x, y, eps=0.1, state_path=path, verbose=0)
     assert [c[0] for c in rest.calls] == ["square"]
-    assert sorted(os.listdir(path.parent)) == ["eval.3.npz", "eval.json"]
+    assert sorted(os.listdir(path.parent)) == ["eval.4.npz", "eval.json"]
     install(monkeypatch, Fake())
     whole = evaluate(model, x, y, eps=0.1, verbose=0)
     assert resumed.broken_by == whole.broken_by
@@ -232,7 +250,7 @@ def test_dlr_attacks_need_enough_classes(fake):
     with pytest.raises(ValueError, match="needs at least 4"):
         evaluate(model, x, registry.decide(model, x), eps=0.1, attacks=["apgd-t"], verbose=0)
     ev = evaluate(model, x, registry.decide(model, x), eps=0.1, verbose=0)  # standard drops APGD-T
-    assert ev.attacks == ["apgd-ce", "square"]
+    assert ev.attacks == ["apgd-ce", "fab-t", "square"] and ev.skipped[0][0] == "apgd-t"
 
 
 def test_zero_gradient_and_probability_flags(data, monkeypatch):
@@ -274,13 +292,16 @@ def test_ensemble_runs_both_objectives_and_flags_one_network(data, fake):
     ensemble = WeightedEnsemble([model, linear(seed=1), linear(seed=2)], [0.6, 0.2, 0.1])
     y = registry.decide(ensemble, x)
     ev = evaluate(ensemble, x, y, eps=0.1, verbose=0)
-    names = ["apgd-ce/loss_sum", "apgd-ce/vote_margin", "apgd-t/loss_sum", "apgd-t/vote_margin", "square"]
+    names = ["apgd-ce/loss_sum", "apgd-ce/vote_margin", "apgd-t/loss_sum", "apgd-t/vote_margin"]
+    names += ["fab-t/loss_sum", "fab-t/vote_margin", "square"]
     assert ev.attacks == names
     assert [(c[0], c[2]) for c in fake.calls] == [
         ("apgd-ce", "loss_sum"),
         ("apgd-ce", "vote_margin"),
         ("apgd-t", "loss_sum"),
         ("apgd-t", "vote_margin"),
+        ("fab-t", "loss_sum"),
+        ("fab-t", "vote_margin"),
         ("square", None),
     ]
     assert "apgd-ce/loss_sum" in ev.broken_by
@@ -362,7 +383,7 @@ def test_standard_on_a_trained_model(model):
     x, y = digits_like(60, seed=3)
     ev = evaluate(model, x, y, eps=0.08, clip_values=(0, 1), steps=10, n_queries=50, batch_size=32, verbose=0)
     _check_sound(model, x, y, ev, 0.08)
-    assert ev.attacks == ["apgd-ce", "apgd-t", "square"] and ev.n_gradients > 0 and ev.backend
+    assert ev.attacks == ["apgd-ce", "apgd-t", "fab-t", "square"] and ev.n_gradients > 0 and ev.backend
     assert ev.robust_accuracy < ev.clean_accuracy
 
 
@@ -385,6 +406,8 @@ def test_ensemble_of_trained_models(model):
         "apgd-ce/vote_margin",
         "apgd-t/loss_sum",
         "apgd-t/vote_margin",
+        "fab-t/loss_sum",
+        "fab-t/vote_margin",
     ]
     assert "one_network" not in [f["name"] for f in ev.flags]
 

@@ -202,7 +202,7 @@ def test_evaluate_l1_runs_autoattacks_l1_cascade(digits_cnn):
     x, y = x[:48], y[:48]
     result = gradkit.evaluate(model, x, y, eps=2.0, norm=1, clip_values=(0, 1), steps=10, n_queries=50,
                               batch_size=48, verbose=0)  # fmt: skip
-    assert result.attacks == ["apgd-ce", "apgd-t", "square"]  # AutoAttack's L1 list without FAB-T
+    assert result.attacks == ["apgd-ce", "apgd-t", "fab-t", "square"]  # AutoAttack's L1 standard list
     assert result.to_dict()["norm"] == "l1" and "(L1)" in result.summary()
     assert l1_sizes(result.x_adv, x).max() <= 2.0
     assert accuracy(model, result.x_adv, y) == result.robust_accuracy < result.clean_accuracy - 0.3

@@ -135,3 +135,10 @@ class forward_losses:  # noqa: N801 - a context manager named for what it does
 def call_has_training_arg(model):
     """Whether `model.call` takes a `training` argument (Keras' own record of it; True if absent)."""
     return bool(getattr(model, "_call_has_training_arg", True))
+
+
+def is_seed_state(variable):
+    """True for the state variable of a `keras.random.SeedGenerator` (a layer's random draws: Dropout,
+    GaussianNoise, a user's `keras.random.normal(..., seed=self.seed_generator)`): Keras names it
+    "seed_generator_state" and tracks it among the layer's non-trainable variables."""
+    return getattr(variable, "name", None) == "seed_generator_state"

@@ -24,17 +24,20 @@ def _check_classes(loss, targeted, n_classes):
 
 def apgd_run(model, x, y=None, *, eps, norm=np.inf, steps=100, loss="ce", targeted=False, n_restarts=1,
              n_target_classes=9, clip_values=None, batch_size=None, output=None, objective="loss_sum",
-             rho=0.75, seed=None, use_largereps=False):  # fmt: skip
-    """`gradkit.apgd` returning `(x_adv, success (n,) bool, session)` (the session holds the costs)."""
+             rho=0.75, seed=None, use_largereps=False, eot_iter=1, surrogate=None):  # fmt: skip
+    """`gradkit.apgd` returning `(x_adv, success (n,) bool, session)` (the session holds the costs);
+    `eot_iter` > 1 averages the gradient over that many draws of the model's randomness per step (EOT),
+    `surrogate` takes it through a differentiable stand-in of the model (BPDA): see `AttackGradient`."""
     loss = _checks.check_choice(loss, "loss", LOSSES)
     use_largereps = _checks.check_flag(use_largereps, "use_largereps")
     steps = _checks.check_steps(steps)
     n_restarts = _checks.check_int(n_restarts, "n_restarts", minimum=1)
     n_target_classes = _checks.check_int(n_target_classes, "n_target_classes", minimum=1)
     seed = _checks.check_seed(seed)
+    eot_iter = _checks.check_int(eot_iter, "eot_iter", minimum=1)
     session = Session(model, x, y, eps=eps, norm=norm, clip_values=clip_values, batch_size=batch_size,
-                      output=output, loss=loss, objective=objective, targeted=targeted,
-                      norms=_checks.GRADIENT_NORMS)  # fmt: skip
+                      output=output, loss=loss, objective=objective, targeted=targeted, eot_iter=eot_iter,
+                      surrogate=surrogate, norms=_checks.GRADIENT_NORMS)  # fmt: skip
     if use_largereps and session.norm != 1:
         raise ValueError(
             f"`use_largereps` is a schedule of the L1 threat model (norm=1). Received: norm={norm!r}"

@@ -75,7 +75,10 @@ def _propose(state, fixed, norm, bounds, active):
     return new
 
 
-def _update(objective, norm, clip):
+def _update(objective, norm, clip, expectation=False):
+    """The step's update; with `expectation` (EOT) a row goes on after its first success, towards the
+    highest expected loss (each draw's success is one draw's, the example must fool the others too)."""
+
     def update(state, aux, grad, fixed):
         values, logits = aux
         valid = fixed["weights"]["rows"] > 0
@@ -92,7 +95,7 @@ def _update(objective, norm, clip):
         state["k"] = state["k"] + 1
         state = (l1.checkpoint if norm == 1 else _checkpoint)(state, fixed, active)
         done = ops.logical_and(state["success"], fixed["freeze"] > 0)  # freeze=0: no early stop
-        still = ops.logical_and(active, ops.logical_not(done))
+        still = active if expectation else ops.logical_and(active, ops.logical_not(done))
         bounds = (fixed["lo"], fixed["hi"]) if clip else None
         state = (
             l1.propose(state, fixed, bounds, still)
@@ -149,14 +152,17 @@ def apgd_device(session, x0, labels, targets, *, steps, rng, rho, momentum=0.75,
     and box) or drawn from `rng` as the core draws it; `eps` defaults to the session's (`use_largereps`
     runs at larger ones); `freeze=False` keeps attacking rows that succeeded (their best point goes on
     rising: the runs of `use_largereps` before the last, as in AutoAttack). The evaluated rows are
-    added to `session.n_gradients`."""
+    added to `session.n_gradients`. With EOT (`session.objective.eot_iter` > 1) every row runs all
+    `steps` and returns its iterate of highest expected loss, the mean over the draws (Athalye et al.
+    2018): a first success is one draw's, and an example on the boundary of one draw fools few others."""
     eps = session.eps if eps is None else eps
     norm, clip = session.norm, session.clip_values
     start = sphere_start(x0, eps, norm, np.random.default_rng(rng)) if x_init is None else x_init
     start = geometry.project_and_clip(np.asarray(start, np.float32), x0, eps, norm, clip)
     objective = session.objective
-    step = objective.step_function("apgd", _update(objective, norm, clip is not None), norm=norm,
-                                   clip=clip is not None)  # fmt: skip
+    expectation = objective.eot_iter > 1
+    step = objective.step_function("apgd", _update(objective, norm, clip is not None, expectation), norm=norm,
+                                   clip=clip is not None, expectation=expectation)  # fmt: skip
     lo, hi = clip or (0.0, 0.0)
     fixed_scalars = dict(eps=eps, lo=lo, hi=hi, rho=rho, momentum=momentum, freeze=float(freeze))
     constants = {k: engine.scalar(v) for k, v in fixed_scalars.items()}
@@ -172,7 +178,9 @@ def apgd_device(session, x0, labels, targets, *, steps, rng, rho, momentum=0.75,
             dict(constants, y=y, weights=weights, **constant),
             _schedule(steps, norm),
         )
-        final = ops.where(_rows(state["success"], state["adv"]), state["adv"], state["best_x"])
+        final = state["best_x"]
+        if not expectation:
+            final = ops.where(_rows(state["success"], state["adv"]), state["adv"], final)
         results.append(engine.to_host((final, state["success"], state["best_x"]), stop - first))
         session.n_gradients += int(backend.to_numpy(state["n_evaluated"]))
     return tuple(np.concatenate(part) for part in zip(*results))

@@ -43,7 +43,8 @@ def _check(eps, eps_step, steps, norm, clip_values, targeted, random_start, seed
 
 
 def run(model, x, y, *, eps, eps_step, steps, norm, clip_values, targeted, loss, batch_size, output,
-        random_start=False, seed=None, objective="loss_sum", keep="last", temperature=1.0):  # fmt: skip
+        random_start=False, seed=None, objective="loss_sum", keep="last", temperature=1.0, eot_iter=1,
+        surrogate=None):  # fmt: skip
     """Validates every argument, then runs the projected gradient loop (see the module docstring).
 
     `eps_step=SINGLE_STEP` means one step of size `eps` (FGSM). Returns arrays shaped like `x`, in its
@@ -58,7 +59,8 @@ def run(model, x, y, *, eps, eps_step, steps, norm, clip_values, targeted, loss,
         )
     grad = gradient_for(model, loss=loss, output=output, batch_size=a["batch_size"])
     step = step_for(model, grad, loss=loss, objective=objective, targeted=a["targeted"], output=output,
-                    batch_size=a["batch_size"], temperature=temperature)  # fmt: skip
+                    batch_size=a["batch_size"], temperature=temperature, eot_iter=eot_iter,
+                    surrogate=surrogate)  # fmt: skip
     x0, labels, n = prepare(grad, x, y, a["clip_values"], a["batch_size"])
     if a["eps"] == 0:
         return tree.map_structure(np.copy, x0)

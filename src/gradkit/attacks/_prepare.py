@@ -27,8 +27,11 @@ def owner(model):
     return model if isinstance(model, (keras.Model, WeightedEnsemble)) else as_ensemble(model)
 
 
-def step_for(model, grad, *, loss, objective, targeted, output, batch_size, temperature=1.0):
+def step_for(model, grad, *, loss, objective, targeted, output, batch_size, temperature=1.0, eot_iter=1,
+             surrogate=None):  # fmt: skip
     """The cached `AttackGradient` for a classifier objective, or None where only `grad` applies.
+
+    `eot_iter` (forward passes averaged per step, EOT) and `surrogate` (BPDA) are `AttackGradient`'s.
 
     A Keras cross-entropy (the compiled one or `loss=`) is attacked as "ce" on the logits. None when the
     loss is a Keras loss other than cross-entropy (regression), or for an ensemble with
@@ -41,6 +44,11 @@ def step_for(model, grad, *, loss, objective, targeted, output, batch_size, temp
         if name:  # "ce" has no label smoothing nor ignored class: refused rather than dropped
             check_attack_loss(grad.spec)
     if name is None or grad.ensemble.normalize_gradients:
+        if eot_iter != 1 or surrogate is not None:
+            raise ValueError(
+                "`eot_iter` and `surrogate` need a classification loss (ce, dlr or margin) and an ensemble "
+                f"without normalize_gradients. Received: eot_iter={eot_iter!r}, surrogate={surrogate!r}"
+            )
         if objective != "loss_sum":
             raise ValueError(
                 "`objective` other than 'loss_sum' needs a classification loss (ce, dlr or margin) and an "
@@ -48,12 +56,13 @@ def step_for(model, grad, *, loss, objective, targeted, output, batch_size, temp
             )
         return None
     options = dict(loss=name, combination=objective, targeted=targeted, output=output, batch_size=batch_size,
-                   temperature=temperature)  # fmt: skip
+                   temperature=temperature, eot_iter=eot_iter)  # fmt: skip
 
     def factory():
-        return AttackGradient(owner(model), **options)
+        return AttackGradient(owner(model), surrogate=surrogate, **options)
 
-    return cached(owner(model), "attack", factory, **options)
+    key = None if surrogate is None else id(surrogate)  # a model's repr is not unique; the entry keeps it
+    return cached(owner(model), "attack", factory, surrogate=key, **options)
 
 
 def _default_loss(model, output):

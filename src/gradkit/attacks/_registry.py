@@ -64,7 +64,8 @@ def run_attack(
 
     Options: `steps`, `n_restarts`, `n_target_classes` (APGD, FAB-T: AutoAttack's 100, 1 and 9 by
     default; FAB-T's targets are capped at C - 1); `n_queries`, `p_init` (Square); `steps`,
-    `eps_step` (PGD, BIM: eps_step defaults to 2.5 * eps / steps); `objective` (ensembles), `output`.
+    `eps_step` (PGD, BIM: eps_step defaults to 2.5 * eps / steps); `objective` (ensembles), `output`;
+    `eot_iter` (EOT) and `surrogate` (BPDA) for APGD, PGD, BIM and FGSM (see `AttackGradient`).
     """
     _checks.check_choice(name, "attack", NAMES)
     objective = options.pop("objective", "loss_sum")
@@ -123,10 +124,11 @@ def _classic(name, model, x, y, eps, norm, clip_values, batch_size, seed, object
     eps_step = options.pop("eps_step", None) or geometry.default_eps_step(eps, steps)
     keep = "last" if name == "fgsm" else "first_success"
     output = options.pop("output", None)
+    gradient = dict(eot_iter=options.pop("eot_iter", 1), surrogate=options.pop("surrogate", None))
     x_adv = _loop.run(
         model, x, y, eps=eps, eps_step=_loop.SINGLE_STEP if name == "fgsm" else eps_step, steps=steps,
         norm=norm, clip_values=clip_values, targeted=False, loss=None, batch_size=batch_size,
-        output=output, random_start=name == "pgd", seed=seed, objective=objective, keep=keep,
+        output=output, random_start=name == "pgd", seed=seed, objective=objective, keep=keep, **gradient,
     )  # fmt: skip
     # the loop reads each member's output as the APGD objectives do (logits, or log-probabilities)
     step = _objective(owner(model), _checks.check_batch_size(batch_size), output)

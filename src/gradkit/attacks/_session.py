@@ -30,7 +30,7 @@ class Session:
     """
 
     def __init__(self, model, x, y, *, eps, norm, clip_values, batch_size, output, loss, objective,
-                 targeted=False, temperature=1.0, norms=(np.inf, 2)):  # fmt: skip
+                 targeted=False, temperature=1.0, norms=(np.inf, 2), eot_iter=1, surrogate=None):  # fmt: skip
         self.eps, self.norm = _checks.check_eps(eps), _checks.check_norm(norm, allowed=norms)
         self.clip_values = _checks.check_clip_values(clip_values)
         batch_size = _checks.check_batch_size(batch_size)
@@ -46,7 +46,8 @@ class Session:
             raise ValueError(f"`x` must have a batch axis and features. Received: x.shape={self.x0.shape}")
         self.objective = step_for(owner(model), grad, loss=loss, objective=objective, targeted=targeted,
                                   output=output, batch_size=batch_size or default_batch(self.x0),
-                                  temperature=temperature)  # fmt: skip
+                                  temperature=temperature, eot_iter=eot_iter,
+                                  surrogate=surrogate)  # fmt: skip
         if self.objective is None:
             raise ValueError(f"`loss` must be one of 'ce', 'dlr', 'margin'. Received: loss={loss!r}")
         classes = n_outputs(grad.ensemble.models[0], grad.output_index, self.x0)

@@ -64,7 +64,8 @@ def no_gradient(per_attack):
         f"The model's loss does not depend on its input (a non-differentiable layer such as round, argmax "
         f"or a comparison), so the gradient attacks {', '.join(names)} could not run and broke nothing: "
         "only score-based attacks (Square) tested the points, and the robust accuracy may be an "
-        "overestimate. Attack a differentiable approximation of the layer (BPDA)."
+        "overestimate. Attack a differentiable approximation of the layer (BPDA): gradkit.evaluate(..., "
+        "surrogate=...), e.g. the model with that layer replaced by the identity."
     )
     return flag("non_differentiable", message, ATHALYE)
 
@@ -81,15 +82,25 @@ def probabilities(names):
     return flag("probabilities", message, CARLINI)
 
 
-def randomized(difference):
-    """Flag for a forward pass whose outputs differ between two identical calls, or None."""
+def randomized(difference, version="custom"):
+    """Flag for a forward pass whose outputs differ between two identical calls, or None; it proposes
+    AutoAttack's "rand" version (EOT) unless that `version` ran."""
     if not difference:
         return None
     message = (
         f"two predictions of the same points differ (max |difference| {difference:.3g}): the model is "
-        "randomized, so one attack run measures one draw. Attack the expectation over its randomness "
-        "(EOT) and repeat the evaluation."
+        "randomized, so one attack run measures one draw. "
     )
+    if version == "rand":
+        message += (
+            'The "rand" version attacked the expectation over its randomness (EOT); repeat the '
+            "evaluation (another seed) to see how much the figure moves."
+        )
+    else:
+        message += (
+            'Attack the expectation over its randomness (EOT): gradkit.evaluate(..., version="rand") '
+            "(APGD-CE and APGD-DLR, gradients averaged over eot_iter=20 draws), and repeat the evaluation."
+        )
     return flag("randomized_forward", message, ATHALYE)
 
 

@@ -1,10 +1,10 @@
 """What `evaluate` runs, checked before any work: the arguments, the data and the list of attacks.
 
 An attack entry is a registry name (`gradkit.attacks.NAMES`), optionally with an ensemble objective
-after a slash ("apgd-ce/vote_margin"), or a callable `fn(model, x, y, eps=eps) -> x_adv`. "standard"
-expands to AutoAttack's standard version: APGD-CE, APGD-T, Square; on an ensemble or boosted model each
-gradient attack runs once per objective in `ENSEMBLE_OBJECTIVES`. Under L1 (norm=1) the APGD attacks
-take AutoAttack's L1 settings (`L1_OPTIONS`); Square runs its L1 version.
+after a slash ("apgd-ce/vote_margin"), or a callable `fn(model, x, y, eps=eps) -> x_adv`. A version
+("standard", "plus", "rand") expands to AutoAttack's list for the norm (`_versions.py`; under L1 its
+APGD-L1 settings and Square's L1 version); on an ensemble or boosted model each gradient attack runs
+once per objective in `ENSEMBLE_OBJECTIVES`.
 """
 
 import dataclasses
@@ -14,32 +14,28 @@ import numpy as np
 
 from gradkit import _checks
 from gradkit.attacks import NAMES, is_ensemble
+from gradkit.evaluation import _versions
 from gradkit.gradients import as_ensemble, check_labels, check_x, n_outputs, output_index, resolve_loss
 
-STANDARD = ("apgd-ce", "apgd-t", "square")
 GRADIENT = ("apgd-ce", "apgd-dlr", "apgd-t", "fab-t", "pgd", "bim", "fgsm")
 ITERATIVE = ("apgd-ce", "apgd-dlr", "apgd-t", "fab-t", "pgd", "bim")
+SURROGATE = ("apgd-ce", "apgd-dlr", "apgd-t", "pgd", "bim", "fgsm")  # the attacks that take `surrogate`
 OBJECTIVES = ("loss_sum", "logit_mean", "prob_mean", "vote_margin")
 ENSEMBLE_OBJECTIVES = ("loss_sum", "vote_margin")
-_MIN_CLASSES = {"apgd-dlr": 3, "apgd-t": 4, "fab-t": 3}  # DLR divides by gaps between sorted logits
+_MIN_CLASSES = _versions.MIN_CLASSES
 _WHY = {"fab-t": "FAB-T, targeted at classes other than the label,"}
-# AutoAttack's L1 standard version (autoattack.py, set_version): the decreasing-eps schedule, 5 restarts
-# of APGD-CE, 5 target classes of APGD-T (Croce & Hein 2021, sec. 3.2 and 4)
-L1_OPTIONS = {
-    "apgd-ce": {"use_largereps": True, "n_restarts": 5},
-    "apgd-dlr": {"use_largereps": True},
-    "apgd-t": {"use_largereps": True, "n_target_classes": 5},
-}
 
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
-    """One attack of the cascade: `name` as reported; `attack` (registry name) and `objective`, or `fn`."""
+    """One attack of the cascade: `name` as reported; `attack` (registry name), `objective` and the
+    version's `settings` (sorted `(option, value)` pairs of `run_attack`), or `fn`."""
 
     name: str
     attack: str | None = None
     objective: str | None = None
     fn: Callable | None = None
+    settings: tuple = ()
 
     @property
     def kind(self):
@@ -62,6 +58,10 @@ class Config:
     steps: int
     verbose: int
     entries: tuple
+    version: str = "custom"
+    eot_iter: int = 20
+    surrogate: object = None
+    skipped: tuple = ()  # (attack, reason) of a version's attacks not run
 
 
 def _expected():
@@ -87,16 +87,30 @@ def _entry(item, i):
     return Entry(item, attack, objective or None)
 
 
+def plan_version(version, norm, ensemble, classes, eot_iter):
+    """`(entries, skipped)` of AutoAttack's `version` for a checked `norm`: its attacks in order, each
+    gradient attack once per objective of `ENSEMBLE_OBJECTIVES` on an ensemble; `skipped` holds
+    `(attack, reason)` for the attacks not in the registry (pending) or needing more than `classes`."""
+    entries, skipped = [], []
+    objectives = ENSEMBLE_OBJECTIVES if ensemble else (None,)
+    for run in _versions.runs(version, norm, eot_iter):
+        needed = _MIN_CLASSES.get(run.attack, 0)
+        if run.attack not in NAMES:
+            skipped.append((run.attack, "pending: not in this gradkit's attack registry yet"))
+        elif classes and classes < needed:
+            skipped.append((run.attack, f"needs at least {needed} classes; the model has {classes}"))
+        else:
+            entries += [Entry(f"{run.attack}/{o}" if o else run.attack, run.attack, o, settings=run.settings)
+                        for o in (objectives if run.attack in GRADIENT else (None,))]  # fmt: skip
+    return tuple(entries), tuple(skipped)
+
+
 def plan(attacks, ensemble):
     """The entries `tuple[Entry]` for `attacks` ("standard", one name or a list); ValueError/TypeError
-    for unknown names, bad objectives, an empty list or duplicate names."""
+    for unknown names, bad objectives, an empty list or duplicate names. "standard" gives the standard
+    version's Linf list (`plan_version`)."""
     if isinstance(attacks, str) and attacks == "standard":
-        objectives = ENSEMBLE_OBJECTIVES if ensemble else (None,)
-        return tuple(
-            Entry(f"{a}/{o}" if o else a, a, o)
-            for a in STANDARD
-            for o in (objectives if a in GRADIENT else (None,))
-        )
+        return plan_version("standard", np.inf, ensemble, 0, 1)[0]
     if isinstance(attacks, str) or callable(attacks):  # one attack: an error names `attacks` itself
         return (_entry(attacks, None),)
     try:
@@ -143,23 +157,32 @@ def _check_classes(entries, classes):
         if classes and classes < needed:
             _checks.fail(
                 "attacks",
-                f"free of {entry.attack!r} for a model of {classes} classes "
-                f"({_WHY.get(entry.attack, 'its DLR loss')} needs at least {needed})",
+                f"free of {entry.attack!r} for a model of {classes} classes (it needs at least {needed}: "
+                "the DLR loss divides by gaps between sorted logits, FAB-T targets a class other than "
+                "the two most likely)",
                 entry.name,
             )
 
 
-def check_config(
-    model, classes, *, attacks, eps, norm, clip_values, batch_size, seed, n_queries, steps, verbose
-):
-    """The checked `Config`; TypeError/ValueError in `gradkit._checks`' form for any bad argument."""
-    entries = plan(attacks, is_ensemble(model))
-    if isinstance(attacks, str) and attacks == "standard" and classes and classes < _MIN_CLASSES["apgd-t"]:
-        entries = tuple(e for e in entries if e.attack != "apgd-t")  # APGD-T needs 4 classes
-    _check_classes(entries, classes)
+def check_config(model, classes, *, attacks, eps, norm, clip_values, batch_size, seed, n_queries, steps,
+                 verbose, version=None, eot_iter=20, surrogate=None):  # fmt: skip
+    """The checked `Config`; TypeError/ValueError in `gradkit._checks`' form for any bad argument
+    (`version`, `attacks` and `eot_iter` by `_versions.check_version`)."""
+    version, attacks = _versions.check_version(version, attacks, eot_iter)
+    norm = _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS)
+    skipped = ()
+    if version == "custom":
+        entries = plan(attacks, is_ensemble(model))
+        _check_classes(entries, classes)
+    else:
+        entries, skipped = plan_version(version, norm, is_ensemble(model), classes, eot_iter)
     return Config(
+        version=version,
+        eot_iter=int(eot_iter),
+        surrogate=surrogate,
+        skipped=skipped,
         eps=_checks.check_eps(eps),
-        norm=_checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS),
+        norm=norm,
         clip_values=_checks.check_clip_values(clip_values),
         batch_size=_checks.check_batch_size(batch_size),
         seed=_checks.check_seed(seed),
@@ -171,15 +194,18 @@ def check_config(
 
 
 def options(entry, config):
-    """Keyword options of `gradkit.attacks.run_attack` for a registry `entry` (under L1 with AutoAttack's
-    L1 settings, `L1_OPTIONS`)."""
-    opts = dict(L1_OPTIONS.get(entry.attack, {})) if config.norm == 1 else {}
+    """Keyword options of `gradkit.attacks.run_attack` for a registry `entry` (a version's settings, from
+    `_versions.TABLE`, are the entry's)."""
+    opts = {}
     if entry.attack == "square":
         opts["n_queries"] = config.n_queries
     elif entry.attack != "fgsm":
         opts["steps"] = config.steps
+    opts.update(entry.settings)
     if entry.objective:
         opts["objective"] = entry.objective
+    if config.surrogate is not None and entry.attack in SURROGATE:
+        opts["surrogate"] = config.surrogate
     return opts
 
 

@@ -35,6 +35,9 @@ class Evaluation:
         clip_values: `(min, max)` floats or None, the input range.
         points: str or None, hex SHA-256 of the points evaluated (`x` and labels): `gradkit.compare`
             refuses two results whose points differ.
+        version: str, AutoAttack's version run ("standard", "plus", "rand") or "custom".
+        skipped: list of `[attack, reason]` pairs: the version's attacks that did not run (too few
+            classes, or "pending": not in this gradkit's registry yet).
 
     The property `interval` is the 95% Wilson score interval of `robust_accuracy` on the `n` points.
     """
@@ -55,6 +58,8 @@ class Evaluation:
     backend: str
     clip_values: tuple | None = None
     points: str | None = None
+    version: str = "custom"
+    skipped: list = dataclasses.field(default_factory=list)
 
     @property
     def interval(self):
@@ -72,6 +77,7 @@ class Evaluation:
         out["per_attack"] = {k: dict(v) for k, v in self.per_attack.items()}
         out["flags"] = [dict(f) for f in self.flags]
         out["interval"] = list(self.interval)
+        out["skipped"] = [list(s) for s in self.skipped]
         return out
 
     def summary(self):
@@ -80,7 +86,7 @@ class Evaluation:
         n = len(self.robust)
         norm = _checks.norm_name(self.norm).capitalize()
         lines = [
-            f"Evaluation ({self.backend}): {n} points, eps={self.eps:g} ({norm})",
+            f"Evaluation ({self.backend}): {n} points, eps={self.eps:g} ({norm}), version {self.version}",
             f"{'attack':<28}{'points':>8}{'accuracy':>10}{'robust':>9}{'seconds':>9}",
             f"{'clean':<28}{n:>8}{self.clean_accuracy:>10.4f}{self.clean_accuracy:>9.4f}{'':>9}",
         ]
@@ -95,6 +101,7 @@ class Evaluation:
             f"clean {self.clean_accuracy:.4f}); "
             f"{self.n_forwards} forwards, {self.n_gradients} gradients, {self.seconds:.1f} s"
         )
+        lines += [f"skipped {attack}: {reason}" for attack, reason in self.skipped]
         if self.flags:
             lines.append("flags:")
             lines += [f"  [{f['name']}] {f['message']} ({f['reference']})" for f in self.flags]
@@ -122,7 +129,7 @@ def from_state(state, config, *, weights=(), shares=None, backend):
         _flags.zero_gradient(state.zero_gradient),
         _flags.no_gradient(state.per_attack),
         _flags.probabilities(state.from_probabilities),
-        _flags.randomized(state.randomized),
+        _flags.randomized(state.randomized, config.version),
         _flags.unconfirmed(state.unconfirmed),
         *_flags.late_breaks(config.entries, state.per_attack),
         _flags.one_network(weights),
@@ -144,4 +151,6 @@ def from_state(state, config, *, weights=(), shares=None, backend):
         attacks=[e.name for e in config.entries],
         backend=backend,
         clip_values=config.clip_values,
+        version=config.version,
+        skipped=[list(s) for s in config.skipped],
     )

@@ -1,10 +1,11 @@
 """Evaluations in pieces: which rows a shard owns, one shard's cascade at several eps, and merging shards.
 
 The points are cut into blocks of `batch_size` consecutive rows and `evaluate` seeds its attack calls on
-block j with `seed + j` (see `_suite._run`), so a shard made of whole blocks attacks exactly what the whole
-run attacks there: the merged shards equal the one-process result point for point. Several eps run in
-increasing order, each only on the points every smaller eps left robust (a point broken at eps e stays
-broken at e' > e: the same example lies in the larger ball), as `gradkit study` does.
+block j with `seed + j` (see `_entry_run.run_entry`), so a shard made of whole blocks attacks exactly
+what the whole run attacks there: the merged shards equal the one-process result point for point.
+Several eps run in increasing order, each only on the points every smaller eps left robust (a point
+broken at eps e stays broken at e' > e: the same example lies in the larger ball), as `gradkit study`
+does.
 """
 
 import dataclasses
@@ -14,7 +15,7 @@ import numpy as np
 
 from gradkit import _checks
 from gradkit.attacks import decide
-from gradkit.evaluation import _plan, _state, _suite
+from gradkit.evaluation import _plan, _state, _suite, _versions
 from gradkit.evaluation._result import from_state
 
 
@@ -51,6 +52,7 @@ class Shard:
             clip_values=None if self.settings["clip_values"] is None else tuple(self.settings["clip_values"]),
             batch_size=self.settings["batch_size"], seed=self.settings["seed"],
             n_queries=self.settings["n_queries"], steps=self.settings["steps"], verbose=0,
+            version=self.settings.get("version", "custom"), eot_iter=self.settings.get("eot_iter", 20),
         )  # fmt: skip
         return [
             from_state(
@@ -121,14 +123,14 @@ def _carry(state):
     )  # fmt: skip
 
 
-def evaluate_shard(model, x, y, *, epsilons, rows=None, state_path=None, norm=np.inf, attacks="standard",
-                   clip_values=None, batch_size=None, seed=0, n_queries=5000, steps=100,
-                   verbose=1):  # fmt: skip
+def evaluate_shard(model, x, y, *, epsilons, rows=None, state_path=None, norm=np.inf, version=None,
+                   attacks=None, eot_iter=20, clip_values=None, batch_size=None, seed=0, n_queries=5000,
+                   steps=100, verbose=1):  # fmt: skip
     """`gradkit.evaluate`'s cascade at every eps of `epsilons` on the rows `rows` of `x`.
 
     Args:
-        model, x, y, norm, attacks, clip_values, seed, n_queries, steps, verbose: as for `gradkit.evaluate`
-            (callables in `attacks` are not supported here).
+        model, x, y, norm, version, attacks, eot_iter, clip_values, seed, n_queries, steps, verbose: as
+            for `gradkit.evaluate` (callables in `attacks` and a `surrogate` are not supported here).
         epsilons: float >= 0 or a strictly increasing list of them; each eps attacks only the points
             every smaller one left robust.
         rows: None (default: all) or `(start, stop)` of whole blocks of `batch_size` rows (`shard_rows`).
@@ -141,10 +143,12 @@ def evaluate_shard(model, x, y, *, epsilons, rows=None, state_path=None, norm=np
     Raises:
         ValueError, TypeError: as `gradkit.evaluate`, for bad `epsilons` or `rows`; before any work.
     """
+    _versions.check_version(version, attacks, eot_iter)
     x, labels, classes = _plan.check_data(model, x, y)
     epsilons = _epsilons(epsilons)
     config = _plan.check_config(
-        model, classes, attacks=attacks, eps=epsilons[0], norm=norm, clip_values=clip_values,
+        model, classes, version=version, attacks=attacks, eot_iter=eot_iter, eps=epsilons[0], norm=norm,
+        clip_values=clip_values,
         batch_size=batch_size, seed=seed, n_queries=n_queries, steps=steps, verbose=verbose,
     )  # fmt: skip
     if any(e.fn is not None for e in config.entries):

@@ -89,7 +89,21 @@ def fingerprint(model, x, labels, config):
         "steps": config.steps,
         "n_queries": config.n_queries,
         "clip_values": None if config.clip_values is None else list(config.clip_values),
+        **_version_fingerprint(config),
     }
+
+
+def _version_fingerprint(config):
+    """The version and what changes the gradients of its attacks: the EOT draws ("rand") and the
+    surrogate (BPDA: its weights' digest, or a callable's qualified name)."""
+    out = {"version": config.version}
+    if config.version == "rand":
+        out["eot_iter"] = config.eot_iter
+    if config.surrogate is not None:
+        s = config.surrogate
+        name = f"{getattr(s, '__module__', '')}.{getattr(s, '__qualname__', type(s).__qualname__)}"
+        out["surrogate"] = model_digest(s) if isinstance(s, keras.Model) else name
+    return out
 
 
 def check_path(state_path):

@@ -4,14 +4,13 @@ import time
 
 import keras
 import numpy as np
-from tqdm.auto import tqdm
 
 from gradkit import attacks as registry
-from gradkit.errors import DisconnectedGradientError
-from gradkit.evaluation import _plan, _state
+from gradkit.evaluation import _plan, _state, _versions
+from gradkit.evaluation._entry_run import fooled, run_entry
 from gradkit.evaluation._result import from_state
 from gradkit.evaluation._stats import points_digest
-from gradkit.gradients import as_ensemble, member_gradient_norms, predict_batched
+from gradkit.gradients import as_ensemble, check_surrogate, member_gradient_norms, predict_batched
 
 _PROBE = 32  # rows predicted twice to detect a randomized forward pass
 
@@ -23,7 +22,10 @@ def evaluate(
     *,
     eps,
     norm=np.inf,
-    attacks="standard",
+    version=None,
+    attacks=None,
+    eot_iter=20,
+    surrogate=None,
     clip_values=None,
     batch_size=None,
     seed=0,
@@ -32,21 +34,28 @@ def evaluate(
     state_path=None,
     verbose=1,
 ):
-    """Robust accuracy under a cascade of attacks: AutoAttack's standard version by default.
+    """Robust accuracy under a cascade of attacks: one of AutoAttack's versions, or your own list.
 
     Each attack runs only on the points every earlier attack left correctly classified; a point counts as
     robust when no attack fooled the model's real decision rule (argmax, or the weighted hard vote of an
-    ensemble or boosted model), so the result is the per-sample worst case over all attacks.
-    "standard" runs APGD-CE, APGD-T (targeted DLR, top-9 wrong classes) and Square (`n_queries`);
-    on an ensemble or boosted model each gradient attack runs once with the objective "loss_sum" and
-    once with "vote_margin" ("apgd-ce/loss_sum", "apgd-ce/vote_margin", ...). A model of fewer than 4
-    classes skips APGD-T (its loss needs 4).
+    ensemble or boosted model), so the result is the per-sample worst case over all attacks. On an
+    ensemble or boosted model each gradient attack runs once with the objective "loss_sum" and once
+    with "vote_margin" ("apgd-ce/loss_sum", "apgd-ce/vote_margin", ...).
 
-    The threat model follows `norm`:
-    | norm | "standard" runs | settings (AutoAttack's for that norm) |
-    |---|---|---|
-    | Linf, L2 | APGD-CE, APGD-T, Square | APGD-CE 1 restart; APGD-T 9 targets |
-    | L1 | APGD-CE, APGD-T, Square | APGD-L1 with `use_largereps`; APGD-CE 5 restarts; APGD-T 5 targets |
+    AutoAttack's versions (`version=`; its `set_version`), per norm:
+
+    | version  | attacks, in order (settings)                                                        |
+    |----------|-------------------------------------------------------------------------------------|
+    | standard | APGD-CE (1 restart; L1: 5), APGD-T (9 target classes; L1: 5; under L1 both with    |
+    |          | `use_largereps`), FAB-T (9 target classes), Square (`n_queries`; L1: its L1 version)|
+    | plus     | APGD-CE, APGD-DLR (5 restarts each), FAB (untargeted, 5 restarts), Square, APGD-T  |
+    |          | (9 target classes), FAB-T (9 target classes)                                        |
+    | rand     | APGD-CE, APGD-DLR (1 restart), gradients averaged over `eot_iter` draws (EOT)       |
+    | custom   | `attacks`                                                                           |
+
+    Every APGD runs `steps` iterations, FAB-T too. A model of fewer classes than an attack needs
+    (APGD-DLR 3, APGD-T 4, FAB-T 3) skips it in a version (named in the result's `skipped`, with the
+    reason), and an attack this gradkit's registry does not hold yet is skipped as "pending".
 
     Args:
         model: a Keras classifier, a `gradkit.WeightedEnsemble` or a fitted boosting estimator.
@@ -54,11 +63,24 @@ def evaluate(
         y: int class ids `(n,)` (or one-hot `(n, C)`) in [0, C).
         eps: float >= 0, the perturbation budget in `norm`.
         norm: `np.inf` (or "inf", "linf"), 2 (or "l2") or 1 (or "l1"). Defaults to `np.inf`.
-        attacks: "standard" (default), one attack name, or a list of names of `gradkit.attacks.NAMES`
+        version: "standard", "plus", "rand" or "custom" (the table above), or None (default):
+            "standard", or "custom" when `attacks` is given.
+        attacks: None (default: the version's list), one attack name, or a list of names of
+            `gradkit.attacks.NAMES`
             ("apgd-ce", "apgd-dlr", "apgd-t", "fab-t", "square", "pgd", "bim", "fgsm"), each optionally
             "name/objective" with an ensemble objective ("loss_sum", "logit_mean", "prob_mean",
             "vote_margin"), and callables `fn(model, x, y, eps=eps) -> x_adv` (judged here with
-            `gradkit.attacks.decide`).
+            `gradkit.attacks.decide`); alone or with version="custom". The string "standard" is
+            version="standard", as before versions existed.
+        eot_iter: int >= 1, the forward passes averaged per gradient in the "rand" version (EOT:
+            Athalye et al. 2018, each pass a new draw of the model's random layers). Defaults to 20
+            (AutoAttack's).
+        surrogate: None (default), or a Keras model or a callable on tensors giving the model's output
+            shape: the gradient attacks (APGD, PGD, BIM, FGSM) differentiate it instead of the model
+            (BPDA, Athalye, Carlini & Wagner 2018): the loss, each step's success and the verdict are
+            the real model's (straight-through logits: the model's values, the surrogate's gradient).
+            For a model with a non-differentiable step (rounding, quantization), the model with that
+            step replaced by the identity.
         clip_values: `(min, max)` input range, or None (default) for none.
         batch_size: rows per compiled call and per progress step, or None (default: all at once).
         seed: int >= 0 or None; the random starts and searches. Defaults to 0. The points are cut into
@@ -79,7 +101,9 @@ def evaluate(
         records, costs and attack-failure `flags`.
 
     Raises:
-        ValueError: an unknown attack name or objective, eps < 0, n_queries < 1, steps < 1, labels out
+        ValueError: an unknown `version`, `attacks` with a version other than "custom", eot_iter < 1,
+            a `surrogate` whose output shape differs from the model's, an unknown attack name or
+            objective, eps < 0, n_queries < 1, steps < 1, labels out
             of range, `x` outside `clip_values`, an attack the model has too few classes for, or a
             `state_path` that holds another evaluation (other arguments, another model or weights).
             All are raised before any attack runs and before anything is written.
@@ -87,14 +111,24 @@ def evaluate(
 
     References:
         Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
-        parameter-free attacks", ICML, https://arxiv.org/abs/2003.01690
+        parameter-free attacks", ICML, https://arxiv.org/abs/2003.01690 (AutoAttack's versions:
+        https://github.com/fra31/auto-attack)
+        Athalye, Engstrom, Ilyas & Kwok (2018), "Synthesizing robust adversarial examples", ICML,
+        https://arxiv.org/abs/1707.07397 (EOT)
+        Athalye, Carlini & Wagner (2018), "Obfuscated gradients give a false sense of security", ICML,
+        https://arxiv.org/abs/1802.00420 (BPDA, sec. 4.1; EOT against randomized defences, sec. 4.3)
         Croce & Hein (2021), "Mind the box: l1-APGD for sparse adversarial attacks on image classifiers",
         ICML, https://arxiv.org/abs/2103.01208 (the L1 standard version: sec. 4)
     """
+    _versions.check_version(version, attacks, eot_iter)  # before any work: no forward pass yet
     x, labels, classes = _plan.check_data(model, x, y)
+    surrogate = check_surrogate(surrogate, model, x)
     config = _plan.check_config(
         model,
         classes,
+        version=version,
+        eot_iter=eot_iter,
+        surrogate=surrogate,
         attacks=attacks,
         eps=eps,
         norm=norm,
@@ -121,13 +155,13 @@ def evaluate(
 
 def cascade(model, x, labels, config, state, *, state_path=None, fp=None, first_block=0, start=None):
     """Runs every unfinished attack of `config` on `state` (in place), saving it after each attack when
-    `state_path` is set; `first_block` numbers the first block of `x` (see `_run`); `start`: the
+    `state_path` is set; `first_block` numbers the first block of `x` (see `run_entry`); `start`: the
     `time.perf_counter()` its time counts from (default: now)."""
     start, seconds = start or time.perf_counter(), state.seconds
     for entry in config.entries:
         if entry.name in state.finished:
             continue
-        _run(model, x, labels, entry, config, state, first_block)
+        run_entry(model, x, labels, entry, config, state, first_block)
         state.seconds = seconds + time.perf_counter() - start
         if state_path:
             _state.save(state_path, fp, state)
@@ -158,91 +192,17 @@ def _randomness(model, x, batch_size):
 
 
 def clean(model, x, labels, config, prediction=None):
-    """The state before any attack: clean decisions (`prediction`, computed if None) and the randomness
-    probe."""
-    if prediction is None:
-        prediction = registry.decide(model, x, config.batch_size)
-    robust = np.asarray(prediction) == labels
+    """The state before any attack: the randomness probe and the clean decisions (`prediction`, computed
+    if None: on a randomized model by the majority of `eot_iter` draws)."""
     probe = 2 * min(len(x), _PROBE) * len(as_ensemble(model).models)
-    return _state.State(
-        robust=robust,
-        broken_by=[None if r else "clean" for r in robust],
-        x_adv=x.copy(),
-        zero_gradient=np.zeros(len(x), bool),
-        clean_accuracy=float(robust.mean()),
-        randomized=_randomness(model, x, config.batch_size),
-        n_forwards=len(x) + probe,
-    )
-
-
-def _attack(model, x_rows, y_rows, entry, config, seed, state):
-    """Runs `entry` on some rows; returns `(x_adv, success (m,) bool, zero_gradient (m,) bool or None)`."""
-    if entry.fn is not None:
-        x_adv = _plan.check_adversarial(
-            entry, x_rows, entry.fn(model, x_rows, y_rows, eps=config.eps), config
-        )
-        state.n_forwards += len(x_rows)
-        return x_adv, registry.decide(model, x_adv, config.batch_size) != y_rows, None
-    result = registry.run_attack(
-        entry.attack, model, x_rows, y_rows, eps=config.eps, norm=config.norm, clip_values=config.clip_values,
-        batch_size=config.batch_size, seed=seed, **_plan.options(entry, config),
+    state = _state.State(
+        robust=np.zeros(len(x), bool), broken_by=[], x_adv=x.copy(), zero_gradient=np.zeros(len(x), bool),
+        clean_accuracy=0.0, randomized=_randomness(model, x, config.batch_size), n_forwards=probe,
     )  # fmt: skip
-    state.n_forwards += int(result.n_forwards)
-    state.n_gradients += int(result.n_gradients)
-    if result.from_probabilities and entry.name not in state.from_probabilities:
-        state.from_probabilities.append(entry.name)
-    x_adv, hit = np.asarray(result.x_adv), np.asarray(result.success, bool)
-    return x_adv, _confirm(model, x_adv, y_rows, hit, config, state), result.zero_gradient
-
-
-def _confirm(model, x_adv, y_rows, hit, config, state):
-    """`hit` (m,) bool where `decide` agrees that `x_adv` fools the model; counts the disagreements."""
-    confirmed = hit.copy()
-    if hit.any():
-        confirmed[hit] = registry.decide(model, x_adv[hit], config.batch_size) != y_rows[hit]
-        state.n_forwards += int(hit.sum())
-        state.unconfirmed += int(hit.sum() - confirmed.sum())
-    return confirmed
-
-
-def _blocks(todo, step, first_block):
-    """`(j, rows)`: the rows of `todo` in each block `[j * step, (j + 1) * step)`, j from `first_block`."""
-    blocks = todo // step
-    for j in np.unique(blocks):
-        yield first_block + int(j), todo[blocks == j]
-
-
-def _run(model, x, labels, entry, config, state, first_block=0):
-    """Runs `entry` on the points still robust, block by block of `batch_size` rows (block j, counted from
-    `first_block`, seeded with `seed + j`), and records it in `state`."""
-    todo = np.flatnonzero(state.robust)
-    before, t0, broken, disconnected = (state.n_forwards, state.n_gradients), time.perf_counter(), 0, False
-    step = config.batch_size or max(len(state.robust), 1)
-    with tqdm(total=len(todo), desc=entry.name, disable=config.verbose == 0, leave=True) as bar:
-        for k, rows in _blocks(todo, step, first_block):
-            seed = None if config.seed is None else config.seed + k
-            try:
-                x_adv, hit, zero = _attack(model, x[rows], labels[rows], entry, config, seed, state)
-            except DisconnectedGradientError:  # a gradient attack on a non-differentiable model: flagged
-                x_adv, hit, zero = x[rows], np.zeros(len(rows), bool), np.ones(len(rows), bool)
-                disconnected = True
-            state.x_adv[rows] = x_adv
-            state.robust[rows[hit]] = False
-            for i in rows[hit]:
-                state.broken_by[i] = entry.name
-            if zero is not None:
-                state.zero_gradient[rows] |= np.asarray(zero, bool)
-            broken += int(hit.sum())
-            bar.update(len(rows))
-            bar.set_postfix(robust=f"{state.robust.mean():.4f}")
-    state.finished.append(entry.name)
-    state.per_attack[entry.name] = {
-        "accuracy": 1.0 - broken / len(todo) if len(todo) else None,
-        "robust_accuracy": float(state.robust.mean()),
-        "n_points": len(todo),
-        "n_broken": broken,
-        "n_forwards": state.n_forwards - before[0],
-        "n_gradients": state.n_gradients - before[1],
-        "seconds": time.perf_counter() - t0,
-        "no_gradient": disconnected,
-    }
+    if prediction is None:  # on a randomized model, the majority of `eot_iter` draws (`fooled`)
+        state.robust = ~fooled(model, x, labels, config, state)
+    else:
+        state.robust, state.n_forwards = np.asarray(prediction) == labels, probe + len(x)
+    state.broken_by = [None if r else "clean" for r in state.robust]
+    state.clean_accuracy = float(state.robust.mean())
+    return state

@@ -6,11 +6,11 @@ model-input checks, each defined in one private module of this package.
 """
 
 from gradkit.gradients._attack_gradient import AttackGradient
-from gradkit.gradients._attack_gradient import member_forward
-from gradkit.gradients._attack_gradient import member_gradient_norms
+from gradkit.gradients._member_norms import member_gradient_norms
 from gradkit.gradients._batches import predict_batched
 from gradkit.gradients._cache import cached
 from gradkit.gradients._decision import classes_from_outputs
+from gradkit.gradients._decision import member_forward
 from gradkit.gradients._decision import outputs_are_logits
 from gradkit.gradients._decision import predict_classes
 from gradkit.gradients._ensemble import WeightedEnsemble
@@ -27,6 +27,7 @@ from gradkit.gradients._losses import resolve_loss
 from gradkit.gradients._model_io import check_model
 from gradkit.gradients._model_io import check_x
 from gradkit.gradients._outputs import n_outputs
+from gradkit.gradients._surrogate import check_surrogate
 from gradkit.gradients._outputs import output_index
 from gradkit.gradients._outputs import select_output
 from gradkit.gradients._model_io import training_kwargs
@@ -44,6 +45,7 @@ __all__ = [
     "check_attack_loss",
     "check_labels",
     "check_sample_weight",
+    "check_surrogate",
     "check_model",
     "classes_from_outputs",
     "check_x",

@@ -12,26 +12,13 @@ import numpy as np
 from keras import tree
 
 from gradkit import _checks, backend
-from gradkit.gradients import _objectives
+from gradkit.gradients import _objectives, _randomness, _surrogate
 from gradkit.gradients._batches import batches, padded_size, take
 from gradkit.gradients._cache import compiled
-from gradkit.gradients._decision import outputs_are_logits
+from gradkit.gradients._decision import member_forward
 from gradkit.gradients._ensemble import as_ensemble, weighted_vote
-from gradkit.gradients._logits import logits_model
 from gradkit.gradients._model_io import training_kwargs
 from gradkit.gradients._outputs import output_index, output_key, select_output
-
-
-def member_forward(member, index):
-    """`(model, is_logits)`: the member with its final softmax/sigmoid removed where that is possible.
-
-    Outputs are read as logits or probabilities by `outputs_are_logits` (the rule every prediction in
-    gradkit uses); probabilities whose softmax/sigmoid cannot be removed (subclassed models) are turned
-    into log-probabilities by `as_logits`.
-    """
-    if outputs_are_logits(member, index):
-        return member, True
-    return logits_model(member, index)
 
 
 class AttackGradient:
@@ -46,6 +33,10 @@ class AttackGradient:
         output: name or index of the classifier output, for multi-output models.
         batch_size: rows per compiled call (the last batch is padded); None: all rows at once.
         temperature: the vote's softmax temperature for "vote_margin". Defaults to 1.0.
+        eot_iter: int >= 1, forward passes averaged per call (Expectation over Transformation on a
+            model with random layers active at inference: each pass a new draw). Defaults to 1.
+        surrogate: None (default), or a Keras model or callable on tensors returning the attacked
+            output's shape: the gradient is taken through it (BPDA), values and logits are the model's.
 
     Call (`__call__(x, labels, targets=None)` on validated numpy inputs):
         Returns `(values, logits, grad)`: float64 `(n,)` objective values (to maximize), float32
@@ -53,13 +44,17 @@ class AttackGradient:
     """
 
     def __init__(self, model, *, loss="ce", combination="loss_sum", targeted=False, output=None,
-                 batch_size=None, temperature=1.0):  # fmt: skip
+                 batch_size=None, temperature=1.0, eot_iter=1, surrogate=None):  # fmt: skip
         self.ensemble = as_ensemble(model)
         self.loss = _checks.check_choice(loss, "loss", _objectives.LOSSES)
         self.combination = _checks.check_choice(combination, "objective", _objectives.COMBINATIONS)
         self.targeted = _checks.check_flag(targeted, "targeted")
         self.batch_size = _checks.check_batch_size(batch_size)
         self.temperature = _checks.check_real(temperature, "temperature", minimum=0, strict=True)
+        self.eot_iter = _checks.check_int(eot_iter, "eot_iter", minimum=1)
+        if surrogate is not None and not callable(surrogate):
+            _checks.fail("surrogate", "None, a Keras model or a callable on tensors", surrogate, TypeError)
+        self.surrogate = surrogate
         first = self.ensemble.models[0]
         self.output_index = output_index(first, output)
         self._forward, self._keys = [], []
@@ -68,14 +63,19 @@ class AttackGradient:
             self._forward.append(member_forward(member, index))
             self._keys.append(output_key(self._forward[-1][0], index))
         self.from_probabilities = [not is_logits for _, is_logits in self._forward]
+        self._surrogate_is_logits = surrogate is not None and _surrogate.surrogate_is_logits(
+            surrogate, first, self.output_index
+        )
         self._kwargs = training_kwargs(first, False)
         key = dict(loss=self.loss, combination=self.combination, targeted=self.targeted,
                    output=self.output_index, temperature=self.temperature,
-                   batch_size=self.batch_size, devices=backend.batch_multiple())  # fmt: skip
+                   batch_size=self.batch_size, devices=backend.batch_multiple(), eot_iter=self.eot_iter,
+                   surrogate=None if surrogate is None else id(surrogate))  # fmt: skip
         models = self.ensemble.models
         # the variable lists are read once (walking a model's layers for them costs more than a small
         # forward pass on PyTorch), with the compiled functions they go with (see `compiled`)
         self._variable_lists = [(m.trainable_variables, m.non_trainable_variables) for m in models]
+        self._seeds = _randomness.seed_indices(self._variable_lists)
         self._fn = compiled(models, "attack", self._compile_grad, **key)
         self._forward_fn = compiled(models, "attack-forward", self._compile_forward, **key)
         self._key = key
@@ -92,20 +92,40 @@ class AttackGradient:
     def member_logits(self, trainables, non_trainables, x):
         """Every member's logits `[(n, C)] * K` at backend tensors `x`, inside a compiled step (the
         variable values as `step_function` receives them; FAB reads the decision at its new iterate)."""
-        logits = []
-        for k, (model, is_logits) in enumerate(self._forward):
-            out, _ = backend.stateless_call(model, trainables[k], non_trainables[k], x, **self._kwargs)
-            logits.append(_objectives.as_logits(select_output(out, self._keys[k]), is_logits))
-        return logits
+        return self._logits(trainables, non_trainables, x)[0]
 
     def _objective(self, trainables, non_trainables, x, y, weights):
-        logits = self.member_logits(trainables, non_trainables, x)
+        """The weighted sum of the per-sample objective and `(values, logits)`; with `eot_iter` > 1 the
+        mean over that many forward passes, each a new draw of the model's randomness (the seed states
+        threaded from pass to pass), and the logits of the last pass (as AutoAttack's EOT)."""
         labels, targets = y
-        values = _objectives.combine(
-            logits, weights["alpha"], labels, targets, loss=self.loss, combination=self.combination,
-            targeted=self.targeted, temperature=self.temperature,
-        )  # fmt: skip
-        return keras.ops.sum(values * weights["rows"]), (values, keras.ops.stack(logits))
+
+        def draw(non_trainables):
+            logits, after = self._logits(trainables, non_trainables, x)
+            values = _objectives.combine(
+                logits, weights["alpha"], labels, targets, loss=self.loss, combination=self.combination,
+                targeted=self.targeted, temperature=self.temperature,
+            )  # fmt: skip
+            return values, keras.ops.stack(logits), after
+
+        values, logits, after = draw(non_trainables)
+        if self.eot_iter > 1:  # one traced body (`keras.ops.fori_loop`): a compile of one pass, not 20
+            values, logits, _ = _randomness.expectation(draw, values, logits, after, self.eot_iter)
+        return keras.ops.sum(values * weights["rows"]), (values, logits)
+
+    def _logits(self, trainables, non_trainables, x):
+        """Every member's logits `[(n, C)]` and its non-trainable values after the call; with a
+        surrogate, straight-through logits (the member's value, the surrogate's gradient: BPDA)."""
+        logits, after = [], []
+        sur = None if self.surrogate is None else _surrogate.call_surrogate(self.surrogate, x)
+        for k, (model, is_logits) in enumerate(self._forward):
+            out, state = backend.stateless_call(model, trainables[k], non_trainables[k], x, **self._kwargs)
+            z = _objectives.as_logits(select_output(out, self._keys[k]), is_logits)
+            if sur is not None:
+                z = _surrogate.straight_through(z, _objectives.as_logits(sur, self._surrogate_is_logits))
+            logits.append(z)
+            after.append(state)
+        return logits, after
 
     @property
     def trace_count(self):
@@ -139,6 +159,8 @@ class AttackGradient:
     def _variables(self):
         """The members' current variable values, split as when this objective was built (its compiled
         functions map their arguments to variables by that split)."""
+        if any(self._seeds):  # a randomized forward pass: every call draws anew, as `predict` does
+            _randomness.advance(self._variable_lists, self._seeds)
         trainables = [backend.variable_values(t) for t, _ in self._variable_lists]
         return trainables, [backend.variable_values(n) for _, n in self._variable_lists]
 
@@ -224,21 +246,3 @@ class AttackGradient:
             return logits[0].argmax(axis=-1)
         votes = weighted_vote(logits.argmax(axis=-1), self.ensemble.weights, logits.shape[-1])
         return votes.argmax(axis=-1)
-
-
-def member_gradient_norms(model, x, labels, batch_size=None):
-    """alpha_k * ||grad_x CE_k||_2 per member and point, float64 `(K, n)`: how much each member weighs
-    in the summed ("loss_sum") input gradient of an ensemble (one row for a single model).
-
-    Args:
-        model: a Keras classifier, a `WeightedEnsemble` or a fitted boosting estimator.
-        x: validated float inputs `(n, ...)`; labels: int class ids `(n,)`.
-        batch_size: rows per compiled call, or None.
-    """
-    ensemble = as_ensemble(model)
-    rows = []
-    for member, weight in zip(ensemble.models, ensemble.weights):
-        _, _, grad = AttackGradient(member, batch_size=batch_size)(x, labels)
-        flat = np.concatenate([g.reshape(len(labels), -1) for g in tree.flatten(grad)], axis=1)
-        rows.append(weight * np.sqrt(np.sum(np.square(flat.astype(np.float64)), axis=1)))
-    return np.stack(rows)

@@ -13,7 +13,7 @@ votes, the catastrophic-overfitting check) reads an output through this module:
 import numpy as np
 
 from gradkit.gradients._batches import predict_batched
-from gradkit.gradients._logits import activation_name, is_opaque, output_layer
+from gradkit.gradients._logits import activation_name, is_opaque, logits_model, output_layer
 from gradkit.gradients._losses import resolve_loss
 from gradkit.gradients._outputs import output_index, output_key, select_output
 
@@ -95,3 +95,15 @@ def predict_classes(model, x, *, output=None, batch_size=256):
     out = np.asarray(select_output(predict_batched(model, x, batch_size), output_key(model, index)))
     check_readable(model, index, out.shape)
     return classes_from_outputs(out, outputs_are_logits(model, index))
+
+
+def member_forward(member, index):
+    """`(model, is_logits)`: the member with its final softmax/sigmoid removed where that is possible.
+
+    Outputs are read as logits or probabilities by `outputs_are_logits` (the rule every prediction in
+    gradkit uses); probabilities whose softmax/sigmoid cannot be removed (subclassed models) are turned
+    into log-probabilities by `as_logits`.
+    """
+    if outputs_are_logits(member, index):
+        return member, True
+    return logits_model(member, index)

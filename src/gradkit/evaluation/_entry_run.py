@@ -1,0 +1,93 @@
+"""One attack of `evaluate`'s cascade on the points still robust, block by block, each success confirmed
+on the model's real decision rule."""
+
+import time
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from gradkit import attacks as registry
+from gradkit.errors import DisconnectedGradientError
+from gradkit.evaluation import _plan
+
+
+def _attack(model, x_rows, y_rows, entry, config, seed, state):
+    """Runs `entry` on some rows; returns `(x_adv, success (m,) bool, zero_gradient (m,) bool or None)`."""
+    if entry.fn is not None:
+        x_adv = _plan.check_adversarial(
+            entry, x_rows, entry.fn(model, x_rows, y_rows, eps=config.eps), config
+        )
+        return x_adv, fooled(model, x_adv, y_rows, config, state), None
+    result = registry.run_attack(
+        entry.attack, model, x_rows, y_rows, eps=config.eps, norm=config.norm, clip_values=config.clip_values,
+        batch_size=config.batch_size, seed=seed, **_plan.options(entry, config),
+    )  # fmt: skip
+    state.n_forwards += int(result.n_forwards)
+    state.n_gradients += int(result.n_gradients)
+    if result.from_probabilities and entry.name not in state.from_probabilities:
+        state.from_probabilities.append(entry.name)
+    x_adv, hit = np.asarray(result.x_adv), np.asarray(result.success, bool)
+    return x_adv, _confirm(model, x_adv, y_rows, hit, config, state), result.zero_gradient
+
+
+def fooled(model, x_adv, y_rows, config, state):
+    """(m,) bool: `x_adv` fools the model's decision rule. On a randomized model (the probe of `clean`
+    fired) one prediction is one draw: the example must fool more than half of `eot_iter` predictions,
+    each a new draw, so that a verdict does not rest on one lucky draw (AutoAttack judges one)."""
+    repeats = config.eot_iter if state.randomized else 1
+    wrong = sum(registry.decide(model, x_adv, config.batch_size) != y_rows for _ in range(repeats))
+    state.n_forwards += repeats * len(y_rows)
+    return 2 * wrong > repeats
+
+
+def _confirm(model, x_adv, y_rows, hit, config, state):
+    """`hit` (m,) bool where `decide` agrees that `x_adv` fools the model (`fooled`); counts the
+    disagreements."""
+    confirmed = hit.copy()
+    if hit.any():
+        confirmed[hit] = fooled(model, x_adv[hit], y_rows[hit], config, state)
+        state.unconfirmed += int(hit.sum() - confirmed.sum())
+    return confirmed
+
+
+def _blocks(todo, step, first_block):
+    """`(j, rows)`: the rows of `todo` in each block `[j * step, (j + 1) * step)`, j from `first_block`."""
+    blocks = todo // step
+    for j in np.unique(blocks):
+        yield first_block + int(j), todo[blocks == j]
+
+
+def run_entry(model, x, labels, entry, config, state, first_block=0):
+    """Runs `entry` on the points still robust, block by block of `batch_size` rows (block j, counted from
+    `first_block`, seeded with `seed + j`), and records it in `state`."""
+    todo = np.flatnonzero(state.robust)
+    before, t0, broken, disconnected = (state.n_forwards, state.n_gradients), time.perf_counter(), 0, False
+    step = config.batch_size or max(len(state.robust), 1)
+    with tqdm(total=len(todo), desc=entry.name, disable=config.verbose == 0, leave=True) as bar:
+        for k, rows in _blocks(todo, step, first_block):
+            seed = None if config.seed is None else config.seed + k
+            try:
+                x_adv, hit, zero = _attack(model, x[rows], labels[rows], entry, config, seed, state)
+            except DisconnectedGradientError:  # a gradient attack on a non-differentiable model: flagged
+                x_adv, hit, zero = x[rows], np.zeros(len(rows), bool), np.ones(len(rows), bool)
+                disconnected = True
+            state.x_adv[rows] = x_adv
+            state.robust[rows[hit]] = False
+            for i in rows[hit]:
+                state.broken_by[i] = entry.name
+            if zero is not None:
+                state.zero_gradient[rows] |= np.asarray(zero, bool)
+            broken += int(hit.sum())
+            bar.update(len(rows))
+            bar.set_postfix(robust=f"{state.robust.mean():.4f}")
+    state.finished.append(entry.name)
+    state.per_attack[entry.name] = {
+        "accuracy": 1.0 - broken / len(todo) if len(todo) else None,
+        "robust_accuracy": float(state.robust.mean()),
+        "n_points": len(todo),
+        "n_broken": broken,
+        "n_forwards": state.n_forwards - before[0],
+        "n_gradients": state.n_gradients - before[1],
+        "seconds": time.perf_counter() - t0,
+        "no_gradient": disconnected,
+    }

@@ -1,0 +1,131 @@
+"""AutoAttack's versions, one declarative table: which attacks each runs, in which order, with which
+settings, per norm (what `set_version` of AutoAttack's `autoattack.py` sets).
+
+| version  | norm     | attacks, in cascade order (settings)                                              |
+|----------|----------|-----------------------------------------------------------------------------------|
+| standard | Linf, L2 | APGD-CE (1 restart), APGD-T (9 target classes, 1 restart), FAB-T (9 target        |
+|          |          | classes, 1 restart), Square (5000 queries)                                         |
+| standard | L1       | APGD-CE (5 restarts), APGD-T (5 target classes, 1 restart), both with eps widened |
+|          |          | at the start (`use_largereps`, Croce & Hein 2021), FAB-T (9 target classes, 1     |
+|          |          | restart), Square (5000 queries, its L1 version)                                   |
+| plus     | any      | APGD-CE (5 restarts), APGD-DLR (5 restarts), FAB (untargeted, 5 restarts), Square |
+|          |          | (5000 queries), APGD-T (9 target classes, 1 restart), FAB-T (9 target classes, 1  |
+|          |          | restart); AutoAttack warns that "plus" is meant for Linf and L2                    |
+| rand     | any      | APGD-CE and APGD-DLR, 1 restart each, the gradient averaged over `eot_iter` = 20  |
+|          |          | draws of the model's randomness per step (EOT)                                    |
+| custom   | any      | the user's `attacks=` list, each attack with gradkit's defaults                    |
+
+Every APGD runs `steps` = 100 iterations and Square `n_queries` = 5000 (`gradkit.evaluate`'s defaults,
+AutoAttack's values). An attack that gradkit's registry does not hold (yet) is skipped and named in
+the result's `skipped` with the reason "pending"; so is one the model has too few classes for (the DLR
+loss of APGD-DLR needs 3, targeted 4; FAB-T needs 3: a target other than the two top classes).
+
+References:
+    Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
+    parameter-free attacks", ICML, https://arxiv.org/abs/2003.01690 (sec. 5; AutoAttack's code,
+    https://github.com/fra31/auto-attack, `AutoAttack.set_version`)
+    Croce & Hein (2021), "Mind the box: l1-APGD for sparse adversarial attacks on image classifiers",
+    ICML, https://arxiv.org/abs/2103.01208 (the L1 version)
+    Athalye, Engstrom, Ilyas & Kwok (2018), "Synthesizing robust adversarial examples", ICML,
+    https://arxiv.org/abs/1707.07397 (EOT, the "rand" version)
+"""
+
+import dataclasses
+
+import numpy as np
+
+from gradkit import _checks
+
+VERSIONS = ("standard", "plus", "rand", "custom")
+EOT = "eot_iter"  # a setting whose value is `gradkit.evaluate`'s `eot_iter`
+# the fewest classes each attack needs: DLR divides by the gap to the 3rd largest logit (targeted: 4th);
+# FAB-T's targets are classes other than the label and the top other class
+MIN_CLASSES = {"apgd-dlr": 3, "apgd-t": 4, "fab-t": 3}
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One attack of a version: its registry name and its options of `gradkit.attacks.run_attack`
+    (`settings`, sorted `(name, value)` pairs; the value `EOT` stands for `eot_iter`)."""
+
+    attack: str
+    settings: tuple = ()
+
+
+def _run(attack, **settings):
+    return Run(attack, tuple(sorted(settings.items())))
+
+
+_STANDARD = (
+    _run("apgd-ce", n_restarts=1),
+    _run("apgd-t", n_restarts=1, n_target_classes=9),
+    _run("fab-t", n_restarts=1, n_target_classes=9),
+    _run("square"),
+)
+_STANDARD_L1 = (
+    _run("apgd-ce", n_restarts=5, use_largereps=True),
+    _run("apgd-t", n_restarts=1, n_target_classes=5, use_largereps=True),
+    _run("fab-t", n_restarts=1, n_target_classes=9),
+    _run("square"),
+)
+_PLUS = (
+    _run("apgd-ce", n_restarts=5),
+    _run("apgd-dlr", n_restarts=5),
+    _run("fab", n_restarts=5),
+    _run("square"),
+    _run("apgd-t", n_restarts=1, n_target_classes=9),
+    _run("fab-t", n_restarts=1, n_target_classes=9),
+)
+_RAND = (_run("apgd-ce", n_restarts=1, eot_iter=EOT), _run("apgd-dlr", n_restarts=1, eot_iter=EOT))
+
+TABLE = {
+    "standard": {"linf": _STANDARD, "l2": _STANDARD, "l1": _STANDARD_L1},
+    "plus": {"linf": _PLUS, "l2": _PLUS, "l1": _PLUS},
+    "rand": {"linf": _RAND, "l2": _RAND, "l1": _RAND},
+}
+
+
+def norm_key(norm):
+    """ "linf", "l2" or "l1" for a checked norm (np.inf, 2.0 or 1.0)."""
+    return {np.inf: "linf", 2.0: "l2", 1.0: "l1"}[float(norm)]
+
+
+def runs(version, norm, eot_iter):
+    """The `Run`s of `version` ("standard", "plus" or "rand") for a checked `norm`, in cascade order,
+    with `eot_iter` in place of `EOT`."""
+    return tuple(
+        Run(run.attack, tuple((k, eot_iter if v == EOT else v) for k, v in run.settings))
+        for run in TABLE[version][norm_key(norm)]
+    )
+
+
+def check_version(version, attacks, eot_iter):
+    """`(version, attacks)` resolved and checked before any work.
+
+    `version` None means "custom" when `attacks` is given, else "standard"; `attacks` given as a version
+    name ("standard", as before versions existed) selects that version.
+
+    Raises:
+        ValueError: an unknown `version`; `attacks` together with a version other than "custom";
+            "custom" without `attacks`; `eot_iter` < 1.
+        TypeError: `version` not a str, `eot_iter` not an int.
+    """
+    _checks.check_int(eot_iter, "eot_iter", minimum=1)
+    if version is not None and not isinstance(version, str):
+        _checks.fail("version", "one of " + ", ".join(repr(v) for v in VERSIONS), version, TypeError)
+    if version is not None:
+        _checks.check_choice(version, "version", VERSIONS)
+    if isinstance(attacks, str) and attacks in TABLE:  # attacks="standard": the version of that name
+        if version not in (None, attacks):
+            _checks.fail("attacks", f"None or a list of attacks with version={version!r}", attacks)
+        return attacks, None
+    if attacks is None:
+        if version == "custom":
+            _checks.fail("attacks", 'a list of attacks with version="custom"', attacks)
+        return version or "standard", None
+    if version not in (None, "custom"):
+        _checks.fail(
+            "attacks", f'None with version={version!r} (its attacks are fixed: pass version="custom" to '
+            "run your own list)", attacks,
+        )  # fmt: skip
+    return "custom", attacks
