@@ -12,9 +12,9 @@ from gradkit.attacks._apgd_attack import apgd_run
 from gradkit.attacks._fab import fab_run
 from gradkit.attacks._prepare import gradient_for, owner, prepare, step_for
 from gradkit.attacks._square_attack import square_run
-from gradkit.gradients import WeightedEnsemble, as_ensemble, check_x, n_outputs, output_index
+from gradkit.gradients import WeightedEnsemble, as_ensemble, check_x
 
-NAMES = ("apgd-ce", "apgd-dlr", "apgd-t", "fab-t", "square", "pgd", "bim", "fgsm")
+NAMES = ("apgd-ce", "apgd-dlr", "apgd-t", "fab", "fab-t", "square", "pgd", "bim", "fgsm")
 
 
 @dataclasses.dataclass
@@ -62,8 +62,8 @@ def run_attack(
 ):
     """Runs the attack `name` (one of `NAMES`) and returns an `AttackResult`.
 
-    Options: `steps`, `n_restarts`, `n_target_classes` (APGD, FAB-T: AutoAttack's 100, 1 and 9 by
-    default; FAB-T's targets are capped at C - 1); `n_queries`, `p_init` (Square); `steps`,
+    Options: `steps`, `n_restarts`, `n_target_classes` (APGD, FAB, FAB-T: AutoAttack's 100, 1 and 9 by
+    default; the targets are capped at C - 1); `n_queries`, `p_init` (Square); `steps`,
     `eps_step` (PGD, BIM: eps_step defaults to 2.5 * eps / steps); `objective` (ensembles), `output`;
     `eot_iter` (EOT) and `surrogate` (BPDA) for APGD, PGD, BIM and FGSM (see `AttackGradient`).
     """
@@ -78,8 +78,8 @@ def run_attack(
         zero = _zero_gradient(session) if name == "apgd-ce" else None
         return AttackResult(x_adv, success, session.n_forwards, session.n_gradients, zero,
                             any(session.objective.from_probabilities))  # fmt: skip
-    if name == "fab-t":
-        return _fab_t(model, x, y, eps, norm, clip_values, batch_size, seed, objective, options)
+    if name.startswith("fab"):
+        return _fab(name, model, x, y, eps, norm, clip_values, batch_size, seed, objective, options)
     if name == "square":
         x_adv, success, session = square_run(
             model,
@@ -99,24 +99,16 @@ def run_attack(
     return _classic(name, model, x, y, eps, norm, clip_values, batch_size, seed, objective, options)
 
 
-def _fab_t(model, x, y, eps, norm, clip_values, batch_size, seed, objective, options):
-    """FAB-T with AutoAttack's settings (`fab-t`: 100 steps, 1 restart, the top 9 targets), eps-bounded."""
+def _fab(name, model, x, y, eps, norm, clip_values, batch_size, seed, objective, options):
+    """FAB, eps-bounded, with AutoAttack's settings: "fab-t" targeted (100 steps, 1 restart, the top 9
+    targets, capped at C - 1 by `fab`), "fab" untargeted (100 steps, 1 restart; the "plus" version: 5)."""
     settings = dict(steps=100, n_restarts=1, n_target_classes=9) | options
-    n_classes = _fab_classes(model, x, settings.get("output"))
-    settings["n_target_classes"] = min(settings["n_target_classes"], max(n_classes - 1, 1))
     x_adv, _, success, session = fab_run(
-        model, x, y, norm=norm, eps=eps, targeted=True, clip_values=clip_values, batch_size=batch_size,
-        seed=seed, objective=objective, **settings,
+        model, x, y, norm=norm, eps=eps, targeted=name == "fab-t", clip_values=clip_values,
+        batch_size=batch_size, seed=seed, objective=objective, **settings,
     )  # fmt: skip
     return AttackResult(x_adv, success, session.n_forwards, session.n_gradients, None,
                         any(session.objective.from_probabilities))  # fmt: skip
-
-
-def _fab_classes(model, x, output):
-    first = as_ensemble(model).models[0]
-    x, _ = check_x(first, x)
-    classes = n_outputs(first, output_index(first, output), x)
-    return 2 if classes == 1 else classes
 
 
 def _classic(name, model, x, y, eps, norm, clip_values, batch_size, seed, objective, options):

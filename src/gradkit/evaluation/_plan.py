@@ -17,8 +17,8 @@ from gradkit.attacks import NAMES, is_ensemble
 from gradkit.evaluation import _versions
 from gradkit.gradients import as_ensemble, check_labels, check_x, n_outputs, output_index, resolve_loss
 
-GRADIENT = ("apgd-ce", "apgd-dlr", "apgd-t", "fab-t", "pgd", "bim", "fgsm")
-ITERATIVE = ("apgd-ce", "apgd-dlr", "apgd-t", "fab-t", "pgd", "bim")
+GRADIENT = ("apgd-ce", "apgd-dlr", "apgd-t", "fab", "fab-t", "pgd", "bim", "fgsm")
+ITERATIVE = ("apgd-ce", "apgd-dlr", "apgd-t", "fab", "fab-t", "pgd", "bim")
 SURROGATE = ("apgd-ce", "apgd-dlr", "apgd-t", "pgd", "bim", "fgsm")  # the attacks that take `surrogate`
 OBJECTIVES = ("loss_sum", "logit_mean", "prob_mean", "vote_margin")
 ENSEMBLE_OBJECTIVES = ("loss_sum", "vote_margin")
@@ -90,14 +90,12 @@ def _entry(item, i):
 def plan_version(version, norm, ensemble, classes, eot_iter):
     """`(entries, skipped)` of AutoAttack's `version` for a checked `norm`: its attacks in order, each
     gradient attack once per objective of `ENSEMBLE_OBJECTIVES` on an ensemble; `skipped` holds
-    `(attack, reason)` for the attacks not in the registry (pending) or needing more than `classes`."""
+    `(attack, reason)` for the attacks needing more than `classes`."""
     entries, skipped = [], []
     objectives = ENSEMBLE_OBJECTIVES if ensemble else (None,)
     for run in _versions.runs(version, norm, eot_iter):
         needed = _MIN_CLASSES.get(run.attack, 0)
-        if run.attack not in NAMES:
-            skipped.append((run.attack, "pending: not in this gradkit's attack registry yet"))
-        elif classes and classes < needed:
+        if classes and classes < needed:
             skipped.append((run.attack, f"needs at least {needed} classes; the model has {classes}"))
         else:
             entries += [Entry(f"{run.attack}/{o}" if o else run.attack, run.attack, o, settings=run.settings)

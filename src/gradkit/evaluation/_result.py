@@ -37,7 +37,7 @@ class Evaluation:
             refuses two results whose points differ.
         version: str, AutoAttack's version run ("standard", "plus", "rand") or "custom".
         skipped: list of `[attack, reason]` pairs: the version's attacks that did not run (too few
-            classes, or "pending": not in this gradkit's registry yet).
+            classes).
 
     The property `interval` is the 95% Wilson score interval of `robust_accuracy` on the `n` points.
     """

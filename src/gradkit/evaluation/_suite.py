@@ -53,9 +53,9 @@ def evaluate(
     | rand     | APGD-CE, APGD-DLR (1 restart), gradients averaged over `eot_iter` draws (EOT)       |
     | custom   | `attacks`                                                                           |
 
-    Every APGD runs `steps` iterations, FAB-T too. A model of fewer classes than an attack needs
+    Every APGD runs `steps` iterations, FAB and FAB-T too. A model of fewer classes than an attack needs
     (APGD-DLR 3, APGD-T 4, FAB-T 3) skips it in a version (named in the result's `skipped`, with the
-    reason), and an attack this gradkit's registry does not hold yet is skipped as "pending".
+    reason).
 
     Args:
         model: a Keras classifier, a `gradkit.WeightedEnsemble` or a fitted boosting estimator.
@@ -67,7 +67,7 @@ def evaluate(
             "standard", or "custom" when `attacks` is given.
         attacks: None (default: the version's list), one attack name, or a list of names of
             `gradkit.attacks.NAMES`
-            ("apgd-ce", "apgd-dlr", "apgd-t", "fab-t", "square", "pgd", "bim", "fgsm"), each optionally
+            ("apgd-ce", "apgd-dlr", "apgd-t", "fab", "fab-t", "square", "pgd", "bim", "fgsm"), each optionally
             "name/objective" with an ensemble objective ("loss_sum", "logit_mean", "prob_mean",
             "vote_margin"), and callables `fn(model, x, y, eps=eps) -> x_adv` (judged here with
             `gradkit.attacks.decide`); alone or with version="custom". The string "standard" is

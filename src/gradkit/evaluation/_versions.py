@@ -15,10 +15,10 @@ settings, per norm (what `set_version` of AutoAttack's `autoattack.py` sets).
 |          |          | draws of the model's randomness per step (EOT)                                    |
 | custom   | any      | the user's `attacks=` list, each attack with gradkit's defaults                    |
 
-Every APGD runs `steps` = 100 iterations and Square `n_queries` = 5000 (`gradkit.evaluate`'s defaults,
-AutoAttack's values). An attack that gradkit's registry does not hold (yet) is skipped and named in
-the result's `skipped` with the reason "pending"; so is one the model has too few classes for (the DLR
-loss of APGD-DLR needs 3, targeted 4; FAB-T needs 3: a target other than the two top classes).
+Every APGD and FAB runs `steps` = 100 iterations and Square `n_queries` = 5000 (`gradkit.evaluate`'s
+defaults, AutoAttack's values). An attack the model has too few classes for is skipped and named in
+the result's `skipped` with the reason (the DLR loss of APGD-DLR needs 3, targeted 4; FAB-T needs 3:
+a target other than the two top classes).
 
 References:
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
