@@ -209,8 +209,9 @@ def test_fmn_from_starting_points_reaches_the_minimum():
     np.testing.assert_allclose(lp(adv - X, 2), exact(X, y, 2), rtol=0.01)
 
 
-def test_study_attack_fmn_breaks_each_point_at_its_norm():
+def test_study_fmn_and_fab_break_each_point_at_its_norm():
     from gradkit.study import Dataset, StudyConfig, _attack, _outdir
+    from gradkit.study._attack import WORST
 
     model = curved()
     y = labels(model)
@@ -228,3 +229,14 @@ def test_study_attack_fmn_breaks_each_point_at_its_norm():
     samples = _outdir.sample_rows({"samples": {"m": record}}, y)
     assert [r["m_fmn_norm"] for r in samples] == record["min_norm"]["fmn"]
     assert _attack.work(config, 0.02) == 15.0  # one run of 30 steps over the two eps > 0
+    fab = StudyConfig.from_options(attacks=["fab"], epsilons=[0, 0.02, 0.05], apgd_steps=30)
+    record = _attack.new_record(labels_of(model, X) == y, fab.attacks)
+    found = {eps: _attack.attack_at(model, "m", data, eps, record, fab, None)[0] for eps in fab.epsilons}
+    fab_norms = np.array([np.inf if v is None else v for v in record["min_norm"]["fab"]])
+    np.testing.assert_allclose(fab_norms, exact(X, y, np.inf), rtol=0.01)
+    for eps, rows in found.items():
+        assert {r["attack"]: r["accuracy"] for r in rows} == {
+            a: np.mean(fab_norms > eps) for a in (WORST, "fab")
+        }
+    samples = _outdir.sample_rows({"samples": {"m": record}}, y)
+    assert [r["m_fab_norm"] for r in samples] == record["min_norm"]["fab"]

@@ -511,9 +511,9 @@ def test_adversarial_rounds_are_judged_on_their_adversarial_examples():
 def test_progress_weighs_each_step_by_its_work():
     config = study.StudyConfig(quick=True, pgd_steps=10, apgd_steps=5, square_queries=90)
     assert _attack.work(config, 0.0) == 0.0  # nothing runs at eps 0
-    # fgsm 1 + pgd 10 + standard (apgd-ce 5 + apgd-t 5 x 9 targets + square 90 / 3)
-    assert _attack.work(config, 0.1) == 1 + 10 + (5 + 45 + 30)
+    # fgsm 1 + pgd 10 + standard (apgd-ce 5 + apgd-t and fab-t 5 x 9 targets each + square 90 / 3)
+    assert _attack.work(config, 0.1) == 1 + 10 + (5 + 45 + 45 + 30)
     # a boosted model of 3 members: every network runs, the gradient attacks with two objectives
-    assert _attack.work(config, 0.1, n_members=3) == 3 * (1 + 10 + 2 * (5 + 45) + 30)
-    assert _attack.work(config, 0.3, n_classes=4) == 1 + 10 + (5 + 15 + 30)  # three target classes
-    assert _attack.work(config, 0.3, n_classes=3) == 1 + 10 + (5 + 30)  # APGD-T needs 4 classes
+    assert _attack.work(config, 0.1, n_members=3) == 3 * (1 + 10 + 2 * (5 + 45 + 45) + 30)
+    assert _attack.work(config, 0.3, n_classes=4) == 1 + 10 + (5 + 15 + 15 + 30)  # three target classes
+    assert _attack.work(config, 0.3, n_classes=3) == 1 + 10 + (5 + 10 + 30)  # APGD-T needs 4 classes

@@ -77,7 +77,7 @@ def _add_study_options(add, defaults):
         "--attacks",
         type=_word_list,
         help="comma-separated, from fgsm, pgd, apgd-ce, apgd-t, square, standard (gradkit.evaluate), "
-        "fmn (one minimum-norm run per model: every eps, and each point's norm in samples.csv); "
+        "fmn, fab (one minimum-norm run per model: every eps, and each point's norm in samples.csv); "
         f"the table leads with the per-sample worst case (default: {_csv(defaults['attacks'])})",
     )
     add("--n-estimators", type=int, help=f"boosting rounds (default: {defaults['n_estimators']})")

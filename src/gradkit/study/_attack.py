@@ -20,12 +20,12 @@ Rows: `{"model", "attack", "eps", "accuracy", "n_points", "ci_low", "ci_high", "
   `n_points` points it ran on (those no attack broke at that eps or below), the strong evaluation's own
   figure on what the cheaper attacks left.
 
-Every attack but "fmn" goes through
+Every attack but the minimum-norm ones ("fmn", "fab") goes through
 `gradkit.evaluate` (Linf, `clip_values=(0, 1)`), which judges success on the model's real decision
-(argmax, or the boosted model's weighted hard vote). "fmn" runs `gradkit.min_norm` once per model (at
-its first eps > 0) on every test point; its per-point minimal Linf norms (None: not broken) stay in the
-record (`record["min_norm"]["fmn"]`, samples.csv's `<model>_fmn_norm`) and break each point at every
-eps >= its norm.
+(argmax, or the boosted model's weighted hard vote). "fmn" and "fab" run `gradkit.min_norm` once per
+model (at its first eps > 0) on every test point; the per-point minimal Linf norms (None: not broken)
+stay in the record (`record["min_norm"]["fmn"]`, samples.csv's `<model>_fmn_norm`; the same for
+"fab") and break each point at every eps >= its norm.
 
 References:
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
@@ -37,6 +37,7 @@ import numpy as np
 from gradkit.evaluation import evaluate, min_norm, wilson_interval
 
 WORST = "worst_case"
+MIN_NORM = ("fmn", "fab")  # minimum-norm attacks: one run per model gives every eps
 SCOPES = {
     "worst_case": "all test points; broken by any attack at this eps or below",
     "cumulative": "all test points; broken by this attack at this eps or below",
@@ -103,15 +104,15 @@ def _summary(name, attack, eps, n, result):
     }
 
 
-def fmn_norms(model, data, record, config, batch_size):
-    """The per-point minimal Linf norms of one FMN run on every test point (None: not broken), computed
-    once per model and kept in `record["min_norm"]["fmn"]`."""
+def min_norms(model, data, record, config, batch_size, attack):
+    """The per-point minimal Linf norms of one run of the minimum-norm `attack` ("fmn" or "fab") on every
+    test point (None: not broken), computed once per model and kept in `record["min_norm"][attack]`."""
     kept_norms = record.setdefault("min_norm", {})
-    if "fmn" not in kept_norms:
-        result = min_norm(model, data.x_test, data.y_test, norm=np.inf, attacks=("fmn",),
+    if attack not in kept_norms:
+        result = min_norm(model, data.x_test, data.y_test, norm=np.inf, attacks=(attack,),
                           steps=config.apgd_steps, clip_values=CLIP, batch_size=batch_size)  # fmt: skip
-        kept_norms["fmn"] = [None if np.isinf(v) else float(v) for v in result.norms]
-    return kept_norms["fmn"]
+        kept_norms[attack] = [None if np.isinf(v) else float(v) for v in result.norms]
+    return kept_norms[attack]
 
 
 def _mark(record, target, attack, eps, rows, how=None):
@@ -144,8 +145,8 @@ def attack_at(model, name, data, eps, record, config, batch_size):
         todo = _open(broken[target], eps)
         if eps == 0 or not len(todo):
             continue
-        if attack == "fmn":
-            norms = fmn_norms(model, data, record, config, batch_size)
+        if attack in MIN_NORM:
+            norms = min_norms(model, data, record, config, batch_size, attack)
             _mark(record, target, attack, eps, [i for i in todo if norms[i] is not None and norms[i] <= eps])
             continue
         result = _run(model, data, todo, attack, eps, config, batch_size)
@@ -165,17 +166,20 @@ def attack_at(model, name, data, eps, record, config, batch_size):
 def work(config, eps, n_members=1, n_classes=10):
     """The work of attacking one model at `eps`, in gradient evaluations per point (a forward pass
     counts 1/3): what the progress bar weighs each (model, eps) step by. 0 at eps 0 (nothing runs);
-    "standard" counts APGD-CE, APGD-T (`min(9, n_classes - 1)` targets; none below 4 classes) and
-    Square, twice the gradient attacks on a boosted model (two objectives); every member of an
-    ensemble is one network to run."""
+    "standard" counts APGD-CE, APGD-T (`min(9, n_classes - 1)` targets; none below 4 classes), FAB-T
+    (as many targets; none below 3) and Square, twice the gradient attacks on a boosted model (two
+    objectives); every member of an ensemble is one network to run. A minimum-norm attack runs once over
+    every eps (FAB untargeted attacks each point towards all `n_classes` classes at once)."""
     if eps == 0:
         return 0.0
-    apgd_t = config.apgd_steps * min(9, n_classes - 1) if n_classes >= 4 else 0  # its loss needs 4
+    targets = config.apgd_steps * min(9, n_classes - 1)
+    apgd_t, fab_t = targets * (n_classes >= 4), targets * (n_classes >= 3)  # DLR needs 4; FAB-T 3
+    runs = max(1, sum(e > 0 for e in config.epsilons))
     costs = {"fgsm": 1, "pgd": config.pgd_steps, "apgd-ce": config.apgd_steps, "apgd-t": apgd_t,
-             "square": config.square_queries / 3,
-             "fmn": config.apgd_steps / max(1, sum(e > 0 for e in config.epsilons))}  # fmt: skip
+             "square": config.square_queries / 3, "fmn": config.apgd_steps / runs,
+             "fab": config.apgd_steps * n_classes / runs}  # fmt: skip
     objectives = 2 if n_members > 1 else 1
-    costs["standard"] = objectives * (costs["apgd-ce"] + apgd_t) + costs["square"]
+    costs["standard"] = objectives * (costs["apgd-ce"] + apgd_t + fab_t) + costs["square"]
     return float(n_members * sum(costs[a] for a in config.attacks))
 
 

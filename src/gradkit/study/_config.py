@@ -17,7 +17,7 @@ from gradkit import _checks
 from gradkit.study._datasets import check_name
 
 MODELS = ("single", "adv_single", "adaboost_m1", "adv_boost")
-ATTACKS = ("fgsm", "pgd", "apgd-ce", "apgd-t", "square", "standard", "fmn")
+ATTACKS = ("fgsm", "pgd", "apgd-ce", "apgd-t", "square", "standard", "fmn", "fab")
 ADV_ATTACKS = ("pgd", "fgsm")
 ADV_MODES = ("augment", "fit")  # the "mode" of adv_boost's `adversarial` (see gradkit.AdaBoostM1)
 NETWORKS = ("cnn", "mlp")
@@ -116,9 +116,10 @@ class StudyConfig:
             sorted and deduplicated. Defaults to (0, 0.02, 0.05, 0.1, 0.2, 0.3).
         attacks: non-empty tuple from `ATTACKS`, duplicates dropped: "fgsm", "pgd" (`pgd_steps`),
             "apgd-ce", "apgd-t" (`apgd_steps`), "square" (`square_queries`) and "standard"
-            (`gradkit.evaluate`: APGD-CE, APGD-T, Square; on boosted models each gradient attack with
-            the objectives "loss_sum" and "vote_margin"), "fmn" (`gradkit.min_norm` with FMN, Linf,
-            `apgd_steps` steps: one run per model gives every eps and each point's minimal norm).
+            (`gradkit.evaluate`: APGD-CE, APGD-T, FAB-T, Square; on boosted models each gradient attack
+            with the objectives "loss_sum" and "vote_margin"), "fmn" and "fab" (`gradkit.min_norm` with
+            FMN or FAB, Linf, `apgd_steps` steps: one run per model gives every eps and each point's
+            minimal norm).
             Defaults to ("fgsm", "pgd", "standard").
         n_estimators: boosting rounds, int >= 1. Defaults to 5.
         epochs: epochs per member, int >= 1 (`single` trains `epochs * n_estimators`). Defaults to 4.

@@ -5,8 +5,8 @@
     results.csv     the result rows: model, attack, eps, accuracy, ci_low, ci_high (its 95% Wilson
                     interval), n_points (its denominator), scope (worst_case, cumulative, remaining)
     samples.csv     one row per test sample: label, and per model clean correct, the smallest eps
-                    that broke it (empty: none did) and the attack that did; with "fmn", the
-                    point's minimal Linf perturbation found (`<model>_fmn_norm`)
+                    that broke it (empty: none did) and the attack that did; with "fmn" or
+                    "fab", the point's minimal Linf perturbation found (`<model>_fmn_norm`)
 
 Every file is written atomically through `gradkit._io` (a temporary file, then `os.replace`).
 """
@@ -152,15 +152,17 @@ def write_csv(rows, out):
 def sample_rows(state, labels):
     """samples.csv's rows: index, label, then per model `<m>_clean` (0/1), `<m>_eps` (the smallest eps
     at which some attack broke the point, "" if none did) and `<m>_by` ("clean", the attack, or ""),
-    and `<m>_fmn_norm` where FMN ran (the point's minimal Linf perturbation found, "" if none)."""
+    and `<m>_fmn_norm` (`<m>_fab_norm`) where FMN (FAB) ran (the point's minimal Linf perturbation found,
+    "" if none)."""
     rows = [{"index": i, "label": int(y)} for i, y in enumerate(labels)]
     for name, record in state["samples"].items():
         worst = record["broken"]["worst_case"]
         for row, clean, eps, by in zip(rows, record["clean"], worst, record["by"]):
             row.update({f"{name}_clean": int(clean), f"{name}_eps": "" if eps is None else eps})
             row[f"{name}_by"] = by or ""
-        for row, norm in zip(rows, record.get("min_norm", {}).get("fmn", ())):
-            row[f"{name}_fmn_norm"] = "" if norm is None else norm
+        for attack, norms in record.get("min_norm", {}).items():
+            for row, norm in zip(rows, norms):
+                row[f"{name}_{attack}_norm"] = "" if norm is None else norm
     return rows
 
 

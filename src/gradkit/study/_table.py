@@ -87,11 +87,14 @@ def _epochs(name, record, config):
 
 
 def _attacks(config, n_classes=None):
-    """One line on the attack settings (the standard evaluation skips APGD-T below 4 classes)."""
-    steps = config.get("apgd_steps")
-    gradient = f"apgd-ce, apgd-t {steps} steps" if (n_classes or 4) >= 4 else (
-        f"apgd-ce {steps} steps (apgd-t skipped: {n_classes} classes)"
-    )  # fmt: skip
+    """One line on the attack settings (the standard evaluation skips APGD-T below 4 classes, FAB-T
+    below 3)."""
+    steps, classes = config.get("apgd_steps"), n_classes or 4
+    ran = ["apgd-ce"] + ["apgd-t"] * (classes >= 4) + ["fab-t"] * (classes >= 3)
+    skipped = ["apgd-t"] * (classes < 4) + ["fab-t"] * (classes < 3)
+    gradient = f"{', '.join(ran)} {steps} steps"
+    if skipped:
+        gradient += f" ({', '.join(skipped)} skipped: {n_classes} classes)"
     parts = []
     for attack in config["attacks"]:
         if attack == "pgd":
