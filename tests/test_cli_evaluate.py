@@ -74,7 +74,7 @@ def test_evaluate_equals_gradkit_evaluate_point_for_point(capsys, files, tmp_pat
     assert report["versions"]["keras"] == keras.__version__
     assert report["versions"]["backend"] == keras.backend.backend()
     assert report["data"]["n_points"] == 48 and report["data"]["x"].startswith(report["data"]["x"][:64])
-    assert list(report["results"][0]["per_attack"]) == ["apgd-ce", "apgd-t", "square"]
+    assert list(report["results"][0]["per_attack"]) == ["apgd-ce", "apgd-t", "fab-t", "square"]
     assert "robust accuracy" in seen.out and "apgd-t" in seen.out
 
 

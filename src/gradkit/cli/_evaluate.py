@@ -59,7 +59,14 @@ def add_parser(commands):
     add("data", metavar="DATA", help="a .npz (x_test, y_test or x, y) or a study data set name")
     add("--eps", type=_eps, required=True, help="comma-separated eps >= 0 in input units (8/255 allowed)")
     add("--norm", choices=["linf", "l2", "l1"], default="linf", help="the threat model (default: linf)")
-    add("--version", dest="suite", choices=["standard"], default="standard", help="AutoAttack version")
+    add(
+        "--version",
+        dest="suite",
+        choices=["standard", "plus", "rand"],
+        default="standard",
+        help="AutoAttack's version: standard (APGD-CE, APGD-T, FAB-T, Square), plus, rand (EOT)",
+    )
+    add("--eot-iter", type=int, default=20, help="rand: gradients averaged per step (default: 20)")
     add("--attacks", type=word_list, help="comma-separated attacks instead of the version's (apgd-ce, ...)")
     add("--n-points", type=int, help="evaluate the first N points only (default: all)")
     add("--out", default="runs/evaluate", help="output directory (default: runs/evaluate)")
@@ -108,6 +115,7 @@ def _prepare(args, inputs):
         "epsilons": sorted(set(args.eps)), "norm": args.norm, "attacks": args.attacks or args.suite,
         "clip_values": tuple(args.clip_values), "batch_size": args.batch_size, "seed": args.seed,
         "steps": args.steps, "n_queries": args.n_queries, "verbose": 0 if args.no_progress else 1,
+        "eot_iter": args.eot_iter,
     }  # fmt: skip
     if args.shard is not None:
         k, n = args.shard
