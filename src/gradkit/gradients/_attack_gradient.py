@@ -75,7 +75,7 @@ class AttackGradient:
         # the variable lists are read once (walking a model's layers for them costs more than a small
         # forward pass on PyTorch), with the compiled functions they go with (see `compiled`)
         self._variable_lists = [(m.trainable_variables, m.non_trainable_variables) for m in models]
-        self._seeds = _randomness.seed_indices(self._variable_lists)
+        self._seeds, self._draws = _randomness.seed_indices(self._variable_lists), 0
         self._fn = compiled(models, "attack", self._compile_grad, **key)
         self._forward_fn = compiled(models, "attack-forward", self._compile_forward, **key)
         self._key = key
@@ -131,10 +131,8 @@ class AttackGradient:
     def trace_count(self):
         """How many times the objective was traced (TF, JAX) or distinct input signatures seen (torch),
         with and without the gradient together."""
-        steps = getattr(self._fn, "steps", {})
-        return (
-            self._fn.trace_count + self._forward_fn.trace_count + sum(s.trace_count for s in steps.values())
-        )
+        steps = getattr(self._fn, "steps", {}).values()
+        return self._fn.trace_count + self._forward_fn.trace_count + sum(s.trace_count for s in steps)
 
     def step_function(self, name, update, **static):
         """The compiled attack step `call(trainables, non_trainables, state, fixed) -> state` of
@@ -159,10 +157,14 @@ class AttackGradient:
     def _variables(self):
         """The members' current variable values, split as when this objective was built (its compiled
         functions map their arguments to variables by that split)."""
-        if any(self._seeds):  # a randomized forward pass: every call draws anew, as `predict` does
-            _randomness.advance(self._variable_lists, self._seeds)
         trainables = [backend.variable_values(t) for t, _ in self._variable_lists]
-        return trainables, [backend.variable_values(n) for _, n in self._variable_lists]
+        non_trainables = [backend.variable_values(n) for _, n in self._variable_lists]
+        if any(self._seeds):  # a randomized forward pass: every call draws anew, as `predict` does
+            self._draws += 1
+            non_trainables = _randomness.advanced(
+                self._variable_lists, self._seeds, non_trainables, self._draws
+            )
+        return trainables, non_trainables
 
     def fixed(self, labels, targets=None, alphas=None):
         """What a call on these rows fixes besides `x`: `((trainables, non_trainables), parts)`, one part

@@ -5,9 +5,9 @@ A Keras layer draws its randomness (`keras.random.normal(..., seed=self.seed_gen
 state `[seed, counter]` of a `keras.random.SeedGenerator`, a non-trainable variable of the model. A
 compiled attack step calls the model statelessly with the variable values it is given, so every call
 with the same values repeats the same draw. Two things make the draws of an attack those of the
-model: `advance` moves every seed state on before a call reads the values (each call, like each
-`model.predict`, sees new randomness), and `eot_logits` threads the seed states through the `eot_iter`
-forward passes of one step (each pass a new draw).
+model: `advanced` moves every seed state on in the values a call reads (each call, like each
+`model.predict`, sees new randomness; the model's variables stay as they are), and `expectation`
+threads the seed states through the `eot_iter` forward passes of one step (each pass a new draw).
 
 References:
     Athalye, Engstrom, Ilyas & Kwok (2018), "Synthesizing robust adversarial examples", ICML,
@@ -19,7 +19,7 @@ References:
 import keras
 import numpy as np
 
-from gradkit import _keras_internals
+from gradkit import _keras_internals, backend
 
 STRIDE = 1 << 16  # the counter's advance per call: the draws of one call (EOT passes) never overlap
 
@@ -31,17 +31,19 @@ def seed_indices(variable_lists):
     return [[i for i, v in enumerate(n) if _keras_internals.is_seed_state(v)] for _, n in variable_lists]
 
 
-def advance(variable_lists, indices):
-    """Moves every seed state `[seed, counter]` on by `STRIDE` draws (in place, on the model's own
-    variables, as `predict` does), so the next call reads a draw no earlier call read."""
-    for (_, non_trainables), positions in zip(variable_lists, indices):
+def advanced(variable_lists, indices, values, draws):
+    """`values` (per member, the values of its non-trainable variables) with every seed state `[seed,
+    counter]` moved on by `draws * STRIDE` draws, so that this call reads a draw no earlier call read;
+    the model's own variables are left as they are (an attack changes no model variable)."""
+    values = [list(v) for v in values]
+    for (_, non_trainables), positions, member in zip(variable_lists, indices, values):
         for i in positions:
-            variable = non_trainables[i]
-            value = np.asarray(keras.ops.convert_to_numpy(variable.value))
+            value = np.asarray(keras.ops.convert_to_numpy(non_trainables[i].value))
             wrap = min(int(np.iinfo(value.dtype).max) + 1, 1 << 32)  # uint32, int32 (PyTorch), int64
             moved = value.astype(np.int64)
-            moved[-1] = (moved[-1] + STRIDE) % wrap
-            variable.assign(moved.astype(value.dtype))
+            moved[-1] = (moved[-1] + draws * STRIDE) % wrap
+            member[i] = backend.to_tensor(moved.astype(value.dtype))
+    return values
 
 
 def expectation(draw, values, logits, state, eot_iter):
