@@ -117,12 +117,9 @@ def test_attacks_give_the_same_examples_with_and_without_traces(monkeypatch, att
             adv = gradkit.apgd(model, x, y, eps=0.2, steps=10, loss="dlr", targeted=True, n_target_classes=3,
                                clip_values=(0, 1), seed=0)  # fmt: skip
         objectives = cached_values(model, "attack")
-        # APGD runs on the engine: its compiled step (its own traced gradient) serves the calls
-        served = [
-            f
-            for fn in objectives
-            for f in ([fn._forward_fn] if attack == "square" else getattr(fn._fn, "steps", {}).values())
-        ]
+        # both run on the engine: the compiled step (APGD: its traced gradient; Square: its traced forward
+        # pass) serves the calls
+        served = [f for fn in objectives for f in getattr(fn._fn, "steps", {}).values()]
         assert served and all(f.trace_count >= 1 for f in served)
         assert all((f.traced.n_traced > 0) == enabled for f in served)  # the traces served the calls
         results.append((adv, np.mean(np.argmax(model.predict(adv, verbose=0), axis=1) != y)))
