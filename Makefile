@@ -33,13 +33,16 @@ demo: $(DEMO_STAMP)
 	KERAS_BACKEND=$${KERAS_BACKEND:-tensorflow} $(VENV)/bin/gradkit study --out runs/demo
 
 # Two pytest-xdist workers per backend (one per core of a CI machine); a test file stays on one worker, so
-# its module fixtures (the quick study) run once. `make test WORKERS=0` runs in one process.
+# its module fixtures (the quick study) run once. `make test WORKERS=0` runs in one process. Each worker
+# runs PyTorch's (OpenMP's) ops on one thread: two workers of two threads on two cores made the quick
+# study 5x slower on PyTorch.
 WORKERS ?= 2
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	@set -e; for b in $(BACKENDS); do \
 	  echo "=== pytest on KERAS_BACKEND=$$b"; \
-	  KERAS_BACKEND=$$b $(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile --durations=8 $(PYTEST_ARGS); \
+	  OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} KERAS_BACKEND=$$b $(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) \
+	    --dist loadfile --durations=8 $(PYTEST_ARGS); \
 	done
 
 test-fast: $(STAMP)
