@@ -172,20 +172,58 @@ def test_bad_input_exits_2_names_what_differs_and_writes_nothing(capsys, files, 
         assert code == 2 and message in seen.err, (name, seen.err)
     (tmp_path / "fake.keras").write_text("not a model")
     code, seen = _run(capsys, str(tmp_path / "fake.keras"), files["data"], "--eps", "0.1", "--out", str(out))
-    assert code == 2 and "cannot be loaded" in seen.err
+    assert code == 2 and "is not a model Keras can load" in seen.err
+    for name, model, message in _not_classifiers():
+        model.save(tmp_path / name)
+        code, seen = _run(capsys, str(tmp_path / name), files["data"], "--eps", "0.1", "--out", str(out))
+        assert code == 2 and message in seen.err, (name, seen.err)
     for args, message in (
         (["--shard", "3/2"], "1 <= K <= N"),
         (["--shard", "0/2"], "1 <= K <= N"),
         (["--shard", "2"], "invalid K/N value: '2'"),
         (["--shard", "1/2", "--batch-size", "0"], "`--batch-size` must be >= 1"),
-        (["--shard", "1/9", "--batch-size", "16"], "rows in 48 points (3;"),
+        (["--shard", "1/9", "--batch-size", "16"], "`--shard` must be at most the number of blocks of 16"),
         (["--eps", "-0.1"], "`epsilons` must be >= 0"),
         (["--attacks", "cw"], "`attacks[0]` must be"),
         (["--model-fn", "nowhere:build"], "names nothing importable"),
+        (["--n-classes", "4"], "`--n-classes` is for --model-fn only"),
     ):
         code, seen = _run(capsys, files["model"], files["data"], "--eps", "0.1", *args, "--out", str(out))
         assert code == 2 and message in seen.err, (args, seen.err)
     assert not out.exists()
+
+
+def _not_classifiers():
+    """Models whose output is not one score per class: a spatial output, a one-unit regression."""
+    spatial = keras.Sequential([keras.Input((6,)), keras.layers.Reshape((2, 3, 1)), keras.layers.Dense(4)])
+    regression = keras.Sequential([keras.Input((6,)), keras.layers.Dense(1)])
+    regression.compile(loss="mse")
+    return [
+        ("spatial.keras", spatial, "gives one score per class, shaped (batch, n_classes)"),
+        ("regression.keras", regression, "compiled with the regression loss 'mean_squared_error'"),
+    ]
+
+
+def test_model_fn_takes_the_classes_of_all_of_data_or_n_classes(capsys, files, tmp_path, monkeypatch):
+    """The first points' labels may lack the top class: --model-fn builds for all of DATA's labels (or
+    --n-classes), so the weights load; a wrong --n-classes names the shape it built."""
+    keras.saving.load_model(files["model"]).save_weights(tmp_path / "model.weights.h5")
+    (tmp_path / "mynet.py").write_text(
+        "import keras\n"
+        "def build(input_shape, n_classes):\n"
+        "    return keras.Sequential([keras.Input(input_shape), keras.layers.Dense(32, activation='relu'),\n"
+        "                             keras.layers.Dense(n_classes, activation='softmax')])\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    order = np.argsort(files["y"], kind="stable")  # label 3 last: the first points hold none
+    np.savez(tmp_path / "sorted.npz", x_test=files["x"][order], y_test=files["y"][order])
+    first = int(np.sum(files["y"] < 3))
+    weights, data = str(tmp_path / "model.weights.h5"), str(tmp_path / "sorted.npz")
+    args = [weights, data, "--eps", "0.1", "--model-fn", "mynet:build", "--n-points", str(first)]
+    code, seen = _run(capsys, *args, *ATTACK, "--out", str(tmp_path / "a"))
+    assert first >= 16 and code == 0, seen.err
+    code, seen = _run(capsys, *args, "--n-classes", "5", *ATTACK, "--out", str(tmp_path / "b"))
+    assert code == 2 and "built for input shape (6,) and 5 classes" in seen.err, seen.err
 
 
 def test_state_resumes_without_rerunning_attacks(capsys, files, tmp_path, monkeypatch):

@@ -161,3 +161,16 @@ def test_ranks_that_disagree_are_refused_before_any_attack(files, monkeypatch):
         monkeypatch.setattr(backend, "all_gather", lambda obj, k=key: [obj, {**obj, k: "other"}])
         with pytest.raises(ValueError, match=f"{message} \\(this is rank 0\\)"):
             evaluation.evaluate_processes(model, x, y, epsilons=[0.1], attacks=["fgsm"], batch_size=16)
+
+
+def test_more_processes_than_blocks_names_the_processes(files, monkeypatch):
+    """A group larger than the number of blocks is refused naming `processes` (not an internal name)."""
+    from gradkit import backend
+
+    model = keras.saving.load_model(files / "model.keras")
+    data = np.load(files / "test.npz")
+    monkeypatch.setattr(backend, "processes", lambda: (0, 2))
+    monkeypatch.setattr(backend, "all_gather", lambda obj: [obj, obj])
+    with pytest.raises(ValueError, match="`processes` must be at most the number of blocks of 256 rows"):
+        evaluation.evaluate_processes(model, data["x_test"][:40], data["y_test"][:40], epsilons=[0.1],
+                                      attacks=["fgsm"], batch_size=256)  # fmt: skip

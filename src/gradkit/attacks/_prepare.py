@@ -12,9 +12,11 @@ from gradkit.gradients import (
     as_ensemble,
     cached,
     check_attack_loss,
+    check_classifier,
     check_x,
     n_outputs,
     output_index,
+    output_shape,
     outputs_are_logits,
 )
 
@@ -132,6 +134,7 @@ def predict_labels(grad, x, batch_size=None):
 
 def prepare(grad, x, y, clip_values, batch_size=None):
     """Validated `(x, labels, n)`; `y=None` becomes the model's hard predictions (validated first)."""
+    check_classifiers(grad, x)
     if y is None:
         if not grad.spec.is_classification:
             raise ValueError(
@@ -144,3 +147,13 @@ def prepare(grad, x, y, clip_values, batch_size=None):
     x, labels, _, n = grad.check(x, y)
     check_range(x, clip_values)
     return x, labels, n
+
+
+def check_classifiers(grad, x):
+    """ValueError before any work unless every member's attacked output is a classifier's (`(n, C)`
+    scores; `gradkit.gradients.check_classifier`)."""
+    if isinstance(x, (list, tuple, dict)):
+        return  # several inputs: the shapes are traced from the checked arrays in `grad.check`
+    x, _ = check_x(grad.ensemble.models[0], x)
+    for model in grad.ensemble.models:
+        check_classifier(model, grad.output_index, output_shape(model, grad.output_index, x))

@@ -80,6 +80,11 @@ def add_parser(commands):
     add("--clip-values", type=number_list(float), default=[0.0, 1.0], help="input range lo,hi (default: 0,1)")
     add("--model-fn", help="module:function building the model whose weights MODEL holds")
     add(
+        "--n-classes",
+        type=int,
+        help="--model-fn: the classes the function builds for (default: the largest label in DATA + 1)",
+    )
+    add(
         "--shard",
         type=_shard,
         help="K/N: evaluate only the K-th of N contiguous parts (merge with gradkit merge)",
@@ -103,13 +108,17 @@ def _prepare(args, inputs):
     """`(model, x, y, options)` checked to be usable; InputError/ValueError/TypeError otherwise."""
     from gradkit import evaluation
 
-    for name, value in (("--n-points", args.n_points), ("--batch-size", args.batch_size)):
+    sizes = {"--n-points": args.n_points, "--batch-size": args.batch_size, "--n-classes": args.n_classes}
+    for name, value in sizes.items():
         if value is not None and value < 1:
             raise ValueError(f"`{name}` must be >= 1. Received: {value}")
     if len(args.clip_values) != 2:
         raise ValueError(f"`--clip-values` must be lo,hi. Received: {args.clip_values}")
-    x, y, _ = inputs.load_data(args.data, args.n_points)
-    n_classes = int(y.max()) + 1 if y.ndim == 1 and len(y) else (y.shape[-1] if y.ndim == 2 else 2)
+    if args.n_classes is not None and not args.model_fn:
+        raise ValueError("`--n-classes` is for --model-fn only (a saved model knows its classes)")
+    x, y, _ = inputs.load_data(args.data)
+    n_classes = args.n_classes or inputs.classes_in(y)  # all of DATA's labels, not the first N points'
+    x, y = x[: args.n_points], y[: args.n_points]
     model = inputs.load_model(args.model, args.model_fn, input_shape=x.shape[1:], n_classes=n_classes)
     options = {
         "epsilons": sorted(set(args.eps)), "norm": args.norm, "attacks": args.attacks or args.suite,
@@ -121,7 +130,7 @@ def _prepare(args, inputs):
         k, n = args.shard
         if not 1 <= k <= n:
             raise ValueError(f"`--shard` must be K/N with 1 <= K <= N. Received: {k}/{n}")
-        options["rows"] = evaluation.shard_rows(len(x), k - 1, n, args.batch_size)
+        options["rows"] = evaluation.shard_rows(len(x), k - 1, n, args.batch_size, name="--shard")
     return model, x, y, options
 
 

@@ -62,18 +62,28 @@ def load_model(path, model_fn=None, *, input_shape=None, n_classes=None):
 
     if not os.path.exists(path):
         raise InputError(f"`MODEL` does not exist. Received: {path!r}")
-    try:
-        if model_fn:
-            model = build_from(import_function(model_fn, "--model-fn"), model_fn, input_shape, n_classes)
+    if model_fn:
+        model = build_from(import_function(model_fn, "--model-fn"), model_fn, input_shape, n_classes)
+        try:
             model.load_weights(path)
-            return model
+        except Exception as err:  # noqa: BLE001 - any loading failure is a bad MODEL for this model
+            raise InputError(
+                f"`MODEL` {path!r} does not hold the weights of the model {model_fn!r} built for input shape "
+                f"{tuple(input_shape)} and {n_classes} classes (--n-classes sets the classes when DATA lacks "
+                f"the top class): {type(err).__name__}: {err}"
+            ) from err
+        return model
+    try:
         if os.path.isdir(path):
             return load_boosted(path)
         model = keras.saving.load_model(path)
     except InputError:
         raise
     except Exception as err:  # noqa: BLE001 - any loading failure is a bad MODEL
-        raise InputError(f"`MODEL` {path!r} cannot be loaded: {type(err).__name__}: {err}") from err
+        raise InputError(
+            f"`MODEL` {path!r} is not a model Keras can load (a .keras file or a saved boosted model "
+            f"folder; weights need --model-fn): {type(err).__name__}: {err}"
+        ) from err
     if not isinstance(model, keras.Model):
         raise InputError(
             f"`MODEL` must hold a Keras classifier. Received: {type(model).__name__} in {path!r}"
@@ -93,8 +103,8 @@ def _from_npz(path):
     raise InputError(f"`DATA` {path!r} must hold x_test and y_test (or x and y). Received: keys {files}")
 
 
-def load_data(source, n_points=None):
-    """`(x float32, y, name)` from a `.npz` or a study data set name; the first `n_points` rows if given."""
+def load_data(source):
+    """`(x float32, y, name)` from a `.npz` or a study data set name."""
     if str(source).lower().endswith(".npz"):
         if not os.path.isfile(source):
             raise InputError(f"`DATA` file does not exist. Received: {source!r}")
@@ -110,9 +120,16 @@ def load_data(source, n_points=None):
             f"`DATA` must hold numeric x and y of one length. Received: x {np.asarray(x).dtype} "
             f"{np.shape(x)}, y {np.shape(y)}"
         )
-    if n_points is not None:
-        x, y = x[:n_points], y[:n_points]
     return np.asarray(x, np.float32), np.asarray(y), str(source)
+
+
+def classes_in(y):
+    """The number of classes labels `y` imply: the largest class id + 1 (`(n,)` ids), or the columns of
+    one-hot labels `(n, C)`; 2 for no labels."""
+    y = np.asarray(y)
+    if y.ndim == 2:
+        return int(y.shape[-1])
+    return int(y.max()) + 1 if y.ndim == 1 and len(y) and np.issubdtype(y.dtype, np.number) else 2
 
 
 def versions():

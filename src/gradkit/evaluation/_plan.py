@@ -15,7 +15,16 @@ import numpy as np
 from gradkit import _checks
 from gradkit.attacks import NAMES, is_ensemble
 from gradkit.evaluation import _versions
-from gradkit.gradients import as_ensemble, check_labels, check_x, n_outputs, output_index, resolve_loss
+from gradkit.gradients import (
+    as_ensemble,
+    check_classifier,
+    check_labels,
+    check_x,
+    n_outputs,
+    output_index,
+    output_shape,
+    resolve_loss,
+)
 
 GRADIENT = ("apgd-ce", "apgd-dlr", "apgd-t", "fab", "fab-t", "pgd", "bim", "fgsm")
 ITERATIVE = ("apgd-ce", "apgd-dlr", "apgd-t", "fab", "fab-t", "pgd", "bim")
@@ -142,6 +151,9 @@ def check_data(model, x, y):
     if isinstance(x, (list, tuple, dict)):
         _checks.fail("x", "one array (evaluate attacks single-input models)", type(x).__name__, TypeError)
     x, n = check_x(first, x)
+    for member in as_ensemble(model).models:
+        index = output_index(member, None)
+        check_classifier(member, index, output_shape(member, index, x))
     classes = n_classes(model, x)
     if y is None:  # a robust accuracy needs the true labels, not the model's own predictions
         raise ValueError("`y` (the true labels) is required to evaluate robustness. Received: y=None")

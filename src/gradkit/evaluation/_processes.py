@@ -59,7 +59,7 @@ def evaluate_processes(model, x, y, *, epsilons, state_path=None, **options):
     options = {**options, "verbose": options.get("verbose", 1) if rank == 0 else 0}
     if backend.mesh_spans_processes():  # one run over the mesh: every process holds the whole result
         return _shards.evaluate_shard(model, x, y, epsilons=epsilons, state_path=path, **options), rank, size
-    rows = _shards.shard_rows(len(x), rank, size, options.get("batch_size") or len(x))
+    rows = _shards.shard_rows(len(x), rank, size, options.get("batch_size") or len(x), name="processes")
     mine = _shards.evaluate_shard(model, x, y, epsilons=epsilons, rows=rows, state_path=path, **options)
     parts = [shard_from_dict(record) for record in backend.all_gather(shard_to_dict(mine))]
     return merge_shards(parts, names=[f"rank {r}" for r in range(size)]), rank, size

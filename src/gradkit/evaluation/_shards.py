@@ -66,8 +66,10 @@ class Shard:
         ]
 
 
-def shard_rows(n, index, count, block):
+def shard_rows(n, index, count, block, *, name="count"):
     """The rows `(start, stop)` of shard `index` of `count` over `n` points in blocks of `block` rows.
+
+    `name`: what errors call `count` (e.g. "processes" for a process group's size, "--shard").
 
     Whole blocks are dealt out contiguously and as evenly as possible (shard k gets blocks
     `[k * B // count, (k + 1) * B // count)` of the B = ceil(n / block)).
@@ -82,7 +84,7 @@ def shard_rows(n, index, count, block):
     n_blocks = -(-n // block)
     if count > n_blocks:
         _checks.fail(
-            "count", f"at most the number of blocks of {block} rows in {n} points ({n_blocks}; a smaller "
+            name, f"at most the number of blocks of {block} rows in {n} points ({n_blocks}; a smaller "
             "batch size makes more)", count,
         )  # fmt: skip
     first, last = index * n_blocks // count, (index + 1) * n_blocks // count

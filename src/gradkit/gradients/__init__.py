@@ -9,6 +9,7 @@ from gradkit.gradients._attack_gradient import AttackGradient
 from gradkit.gradients._member_norms import member_gradient_norms
 from gradkit.gradients._batches import predict_batched
 from gradkit.gradients._cache import cached
+from gradkit.gradients._decision import check_classifier
 from gradkit.gradients._decision import classes_from_outputs
 from gradkit.gradients._decision import member_forward
 from gradkit.gradients._decision import outputs_are_logits
@@ -29,6 +30,7 @@ from gradkit.gradients._model_io import check_x
 from gradkit.gradients._outputs import n_outputs
 from gradkit.gradients._surrogate import check_surrogate
 from gradkit.gradients._outputs import output_index
+from gradkit.gradients._outputs import output_shape
 from gradkit.gradients._outputs import select_output
 from gradkit.gradients._model_io import training_kwargs
 from gradkit.gradients._weight_gradient import WeightGradient
@@ -43,6 +45,7 @@ __all__ = [
     "as_ensemble",
     "cached",
     "check_attack_loss",
+    "check_classifier",
     "check_labels",
     "check_sample_weight",
     "check_surrogate",
@@ -55,6 +58,7 @@ __all__ = [
     "member_gradient_norms",
     "n_outputs",
     "output_index",
+    "output_shape",
     "outputs_are_logits",
     "predict_batched",
     "predict_classes",

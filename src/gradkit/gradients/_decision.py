@@ -15,7 +15,7 @@ import numpy as np
 from gradkit.gradients._batches import predict_batched
 from gradkit.gradients._logits import activation_name, is_opaque, logits_model, output_layer
 from gradkit.gradients._losses import resolve_loss
-from gradkit.gradients._outputs import output_index, output_key, select_output
+from gradkit.gradients._outputs import output_index, output_key, output_names, select_output
 
 
 def compiled_spec(model, index):
@@ -68,14 +68,45 @@ def check_readable(model, index, out_shape):
     """Raises ValueError for a one-unit output whose meaning (logit or probability) gradkit cannot read."""
     units = int(np.prod(out_shape[1:])) if len(out_shape) > 1 else 1
     if units == 1 and not readable(model, index):
-        names = list(getattr(model, "output_names", None) or [])
-        name = names[index] if index < len(names) else f"output {index}"
+        name = _output_name(model, index)
         raise ValueError(
             f"gradkit cannot tell whether the one-unit output {name!r} (shape {tuple(out_shape)}) of model "
             f"{model.name!r} holds a logit (class 1 when > 0) or a probability (class 1 when > 0.5): it "
             "comes from code gradkit cannot read. Compile the model with "
             "loss=keras.losses.BinaryCrossentropy(from_logits=True or False)."
         )
+
+
+def check_classifier(model, index, out_shape):
+    """Raises ValueError unless output `index` of `model` (shape `out_shape`, batch axis first; None:
+    unknown, nothing checked) is a classifier's that gradkit can read: `(n, C)` scores (axes of size 1
+    between allowed), C >= 2 or one readable unit (`check_readable`) that is not trained as a regression
+    (a one-unit output compiled with, say, mean squared error has no decision rule gradkit can trust:
+    a threshold of 0 or 0.5 would be a guess)."""
+    if out_shape is None:
+        return
+    name = _output_name(model, index)
+    inner = tuple(out_shape[1:-1])
+    if any(d != 1 for d in inner):
+        raise ValueError(
+            f"`model` must be a classifier whose output {name!r} gives one score per class, shaped "
+            f"(batch, n_classes). Received: output shape {tuple(out_shape)} from model {model.name!r} "
+            "(a spatial or sequence output: reduce it to (batch, n_classes) first)"
+        )
+    units = int(out_shape[-1] or 0) if len(out_shape) > 1 else 1
+    spec = compiled_spec(model, index)
+    if units == 1 and spec is not None and not spec.is_classification:
+        raise ValueError(
+            f"`model` must be a classifier: its one-unit output {name!r} is compiled with the regression "
+            f"loss {spec.name!r}, so gradkit cannot tell which class a value predicts. Compile a binary "
+            "classifier with loss=keras.losses.BinaryCrossentropy(from_logits=True or False)."
+        )
+    check_readable(model, index, out_shape)
+
+
+def _output_name(model, index):
+    names = output_names(model)
+    return names[index] if index < len(names) else f"output {index}"
 
 
 def predict_classes(model, x, *, output=None, batch_size=256):
@@ -93,7 +124,7 @@ def predict_classes(model, x, *, output=None, batch_size=256):
     """
     index = output_index(model, output)
     out = np.asarray(select_output(predict_batched(model, x, batch_size), output_key(model, index)))
-    check_readable(model, index, out.shape)
+    check_classifier(model, index, out.shape)
     return classes_from_outputs(out, outputs_are_logits(model, index))
 
 

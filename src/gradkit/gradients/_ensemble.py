@@ -6,7 +6,7 @@ from keras import tree
 
 from gradkit import _checks
 from gradkit.gradients._batches import predict_batched
-from gradkit.gradients._decision import check_readable, outputs_are_logits
+from gradkit.gradients._decision import check_classifier, outputs_are_logits
 from gradkit.gradients._model_io import check_model
 from gradkit.gradients._outputs import output_index, output_key, select_output
 
@@ -89,9 +89,10 @@ class WeightedEnsemble:
         index = output_index(model, output)
         out = predict_batched(model, x, batch_size)
         out = np.asarray(select_output(out, output_key(model, index)), dtype=np.float64)
+        if from_logits is None:
+            check_classifier(model, index, out.shape)
         out = out.reshape(len(out), -1)
         if from_logits is None:
-            check_readable(model, index, out.shape)
             from_logits = outputs_are_logits(model, index)
         if out.shape[-1] == 1:  # one sigmoid unit: P(class 1), class 1 when > 0.5 (see `_decision`)
             p = 1.0 / (1.0 + np.exp(-out)) if from_logits else out

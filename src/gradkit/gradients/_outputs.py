@@ -103,23 +103,29 @@ def select_output(outputs, key):
 
 
 def n_outputs(model, index, x=None):
-    """Size of the last axis of output `index` (the number of classes of a classifier); 0 if unknown.
+    """Size of the last axis of output `index` (the number of classes of a classifier); 0 if unknown
+    (see `output_shape`)."""
+    shape = output_shape(model, index, x)
+    return int(shape[-1] or 0) if shape else 0
+
+
+def output_shape(model, index, x=None):
+    """The shape of output `index` (a tuple, batch axis first, None where unknown), or None if unknown.
 
     A subclassed model has no symbolic outputs: given checked input arrays `x`, its output shape is
     traced from one sample's shape with `model.compute_output_spec` (no real computation).
     """
     if getattr(model, "outputs", None):
-        return int(model.outputs[index].shape[-1] or 0)
+        return tuple(model.outputs[index].shape)
     if x is None:
-        return 0
-    cache = vars(model).setdefault("_gradkit_n_outputs", {})  # not through Keras' attribute tracking
+        return None
+    cache = vars(model).setdefault("_gradkit_output_shapes", {})  # not through Keras' attribute tracking
     key = (index, repr(tree.map_structure(lambda a: (a.shape[1:], str(a.dtype)), x)))
     if key not in cache:
         specs = tree.map_structure(lambda a: keras.KerasTensor((1, *a.shape[1:]), dtype=str(a.dtype)), x)
         try:
-            cache[key] = int(
-                select_output(model.compute_output_spec(specs), output_key(model, index)).shape[-1] or 0
-            )
+            spec = select_output(model.compute_output_spec(specs), output_key(model, index))
+            cache[key] = tuple(spec.shape)
         except Exception:  # a model Keras cannot trace symbolically: the loss alone checks the labels
-            cache[key] = 0
+            cache[key] = None
     return cache[key]
