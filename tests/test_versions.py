@@ -209,6 +209,22 @@ def test_eot_of_a_deterministic_model_is_its_gradient():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_rand_on_a_deterministic_model_reports_only_what_its_examples_do():
+    """Under EOT an APGD row returns its iterate of highest expected loss; its success is that iterate's
+    own decision, never an earlier iterate's (the cascade's confirmation flagged 'unconfirmed_success'
+    on a deterministic model before)."""
+    keras.utils.set_random_seed(0)
+    layers = [keras.Input((8,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(10)]
+    model = keras.Sequential(layers)
+    x = np.random.default_rng(1).uniform(0, 1, (200, 8)).astype("float32")
+    y = np.argmax(model.predict(x, verbose=0), axis=1)
+    options = dict(version="rand", eot_iter=2, eps=0.1, clip_values=(0.0, 1.0), steps=5, verbose=0)
+    rand = evaluate(model, x, y, **options)
+    assert not rand.flags, rand.flags
+    np.testing.assert_array_equal(rand.robust, np.argmax(model.predict(rand.x_adv, verbose=0), axis=1) == y)
+    assert 0.05 < rand.robust_accuracy < 0.95  # the attack broke some points, not all
+
+
 class RandomInput(keras.layers.Layer):
     """x + 0.15 N(0, 1) + 0.01 sin(200 x + phi), phi ~ U(0, 2 pi), new at every call (inference included):
     its value jitters a little, its input gradient a lot (one draw's points anywhere; their mean, along

@@ -38,6 +38,7 @@ def _record(state, values, hit, grad, active):
     new["best_x"] = ops.where(_rows(better, state["x"]), state["x"], state["best_x"])
     new["best_grad"] = ops.where(_rows(better, grad), grad, state["best_grad"])
     new["best_values"] = ops.where(better, values, state["best_values"])
+    new["best_hit"] = ops.where(better, hit, state["best_hit"])  # the best point's own decision (EOT)
     return new
 
 
@@ -126,7 +127,8 @@ def _init(objective, x_start, x0, n, eps, norm, given):
     per_row = dict(
         values=np.zeros(n, np.float32), best_values=np.full(n, -np.inf, np.float32),
         best_at_check=np.zeros(n, np.float32), eta=np.full(n, (1.0 if norm == 1 else 2.0) * eps, np.float32),
-        n_increases=np.zeros(n, np.int32), success=np.zeros(n, bool), reduced=np.ones(n, bool),
+        n_increases=np.zeros(n, np.int32), success=np.zeros(n, bool), best_hit=np.zeros(n, bool),
+        reduced=np.ones(n, bool),
         active=np.ones(n, bool), best_grad=np.zeros_like(x_start),
     )  # fmt: skip
     if norm == 1:
@@ -154,7 +156,8 @@ def apgd_device(session, x0, labels, targets, *, steps, rng, rho, momentum=0.75,
     rising: the runs of `use_largereps` before the last, as in AutoAttack). The evaluated rows are
     added to `session.n_gradients`. With EOT (`session.objective.eot_iter` > 1) every row runs all
     `steps` and returns its iterate of highest expected loss, the mean over the draws (Athalye et al.
-    2018): a first success is one draw's, and an example on the boundary of one draw fools few others."""
+    2018): a first success is one draw's, and an example on the boundary of one draw fools few others;
+    its success is then that iterate's own decision (one draw), never an earlier iterate's."""
     eps = session.eps if eps is None else eps
     norm, clip = session.norm, session.clip_values
     start = sphere_start(x0, eps, norm, np.random.default_rng(rng)) if x_init is None else x_init
@@ -178,10 +181,11 @@ def apgd_device(session, x0, labels, targets, *, steps, rng, rho, momentum=0.75,
             dict(constants, y=y, weights=weights, **constant),
             _schedule(steps, norm),
         )
-        final = state["best_x"]
+        final, success = state["best_x"], state["best_hit"]  # EOT: success is the returned point's
         if not expectation:
             final = ops.where(_rows(state["success"], state["adv"]), state["adv"], final)
-        results.append(engine.to_host((final, state["success"], state["best_x"]), stop - first))
+            success = state["success"]
+        results.append(engine.to_host((final, success, state["best_x"]), stop - first))
         session.n_gradients += int(backend.to_numpy(state["n_evaluated"]))
     return tuple(np.concatenate(part) for part in zip(*results))
 

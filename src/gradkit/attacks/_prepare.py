@@ -14,6 +14,7 @@ from gradkit.gradients import (
     check_attack_loss,
     check_classifier,
     check_x,
+    compiled_spec,
     n_outputs,
     output_index,
     output_shape,
@@ -73,8 +74,8 @@ def _default_loss(model, output):
     and sparse categorical cross-entropy otherwise, on logits or probabilities as `outputs_are_logits`
     reads the output."""
     first = as_ensemble(model).models[0]
-    if getattr(first, "loss", None):
-        return None
+    if getattr(first, "loss", None) and compiled_spec(first, output_index(first, output)).is_classification:
+        return None  # labels as the compiled classification loss takes them; a regression loss is not one
     index = output_index(first, output)
     from_logits = outputs_are_logits(first, index)
     if n_outputs(first, index) == 1:

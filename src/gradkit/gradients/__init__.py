@@ -11,6 +11,7 @@ from gradkit.gradients._batches import predict_batched
 from gradkit.gradients._cache import cached
 from gradkit.gradients._decision import check_classifier
 from gradkit.gradients._decision import classes_from_outputs
+from gradkit.gradients._decision import compiled_spec
 from gradkit.gradients._decision import member_forward
 from gradkit.gradients._decision import outputs_are_logits
 from gradkit.gradients._decision import predict_classes
@@ -51,6 +52,7 @@ __all__ = [
     "check_surrogate",
     "check_model",
     "classes_from_outputs",
+    "compiled_spec",
     "check_x",
     "input_gradient",
     "labels_for_loss",
