@@ -24,6 +24,7 @@ from gradkit.backend._common import (  # noqa: F401
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
 from gradkit.backend._torch_misc import *  # noqa: F403 - compile_search, seed_state, uniform, determinism
 from gradkit.backend._torch_modules import stateless_call  # noqa: F401
+from gradkit.backend._torch_stats import Snapshot
 from gradkit.backend._torch_stats import halves as _halves
 from gradkit.backend._torch_stats import weight_stats as _weight_stats
 from gradkit.backend._torch_trace import Traced, compile_forward, flatten, signature  # noqa: F401
@@ -208,7 +209,7 @@ def _loss_scale(optimizer, trainable_variables):
 
 def wrap_train_step(model, metric, norms_fn):
     """Make `model.train_step` record the norms of the gradients it applies into `metric`."""
-    step_cls = type(model)
+    step_cls, snapshot = type(model), Snapshot()
 
     def train_step(data):
         optimizer = model.optimizer
@@ -230,7 +231,7 @@ def wrap_train_step(model, metric, norms_fn):
         def _apply_between_reads(apply, grads, trainable_variables, scale, extra):
             variables = list(trainable_variables or model.trainable_variables)
             taken = norms_fn.sampled()  # the update writes the weights in place: copies keep them
-            before = [v.value.detach().clone() for v in variables] if taken else None
+            before = snapshot(variables) if taken else None
             result = apply(grads, trainable_variables)
             after = [v.value.detach() for v in variables] if taken else None
             with torch.no_grad():
