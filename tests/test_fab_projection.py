@@ -21,7 +21,7 @@ def _reference(t, w, c, norm, lo, hi):
         useful = aw > 0
         r = np.where(useful, room / (1.0 if norm == np.inf else np.where(useful, aw, 1.0)), np.inf)
         slope = aw if norm == np.inf else aw**2
-        done, rate, lam = 0.0, slope[useful].sum(), np.inf
+        done, rate, lam = 0.0, slope[useful].sum(), 1e30
         for i in np.argsort(r, kind="stable"):
             if not useful[i]:
                 break
