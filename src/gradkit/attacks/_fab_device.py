@@ -44,6 +44,8 @@ def _rows_of(values, grad, y, n_rows):
 
 def _pick(df, dg, same, norm):
     """`(f (b,), w (b, D))` of the class whose linearized boundary is closest in the attack's norm."""
+    if df.shape[1] == 1:  # FAB-T: the target's row (never the label)
+        return df[:, 0], dg[:, 0]
     ratio = ops.abs(df) / (lp_norm(dg, dual(norm)) + 1e-12)
     ratio = ops.where(same, _FAR, ratio)
     best = ops.cast(ops.argmin(ratio, axis=1), "int32")

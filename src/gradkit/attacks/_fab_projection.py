@@ -11,7 +11,8 @@ signs so that `c >= 0`; coordinate i can then lower `w . d` by `|w_i| e_i` with 
 `sum |w_i| e_i = c`:
 - Linf: `e_i = min(lambda, m_i)`; L2 (KKT): `e_i = min(lambda |w_i|, m_i)`. The reached decrease
   `g(lambda)` is piecewise linear and increasing, with breakpoints `r_i = m_i` (Linf) or `m_i / |w_i|`
-  (L2); `lambda` is read off the segment where `g` crosses `c`, found from the sorted breakpoints.
+  (L2); `lambda` is read off the segment where `g` crosses `c`, found by walking the segments from
+  `lambda = 0` (Newton's method on the concave `g`, no sort).
 - L1 (a fractional knapsack): fill the coordinates in decreasing `|w_i|`, each up to `m_i`, until the
   decrease reaches `c`.
 Without a box the minimizers are the textbook ones: `-c sign(w) / ||w||_1`, `-c w / ||w||_2^2`, and
@@ -78,32 +79,39 @@ def _free(w, c, norm):
 
 
 def _breakpoints(aw, room, c, norm):
-    """Linf and L2: `e_i = min(lambda s_i', m_i)` with lambda where the reached decrease crosses c."""
+    """Linf and L2: `e_i = min(lambda s_i', m_i)` with lambda where the reached decrease crosses c.
+
+    The reached decrease `g` is concave, so Newton's method from `lambda = 0` walks its segments from
+    below: on the segment of the breakpoints passed so far (`r_i <= lambda`: at their bound) the root is
+    `(c - done) / rate` (`done` the decrease of those, `rate` the slope of the others); each step passes
+    at least one breakpoint until none lies before that root, which is then exact. A handful of passes
+    over the coordinates (two on average in FAB-T on digits, at most three), where a sort of every row
+    measured the larger part of FAB's step on JAX and TensorFlow."""
     if norm == np.inf:
         slope, r = aw, ops.where(aw > 0, room, _FAR)
     else:
         slope, r = ops.square(aw), ops.where(aw > 0, room / ops.maximum(aw, _TINY), _FAR)
     full = aw * room  # the decrease of a coordinate at its bound
-    order = ops.argsort(r, axis=-1)
-    r_s = ops.take_along_axis(r, order, axis=-1)
-    slope_s = ops.take_along_axis(slope, order, axis=-1)
-    full_s = ops.where(r_s < _FAR, ops.take_along_axis(full, order, axis=-1), 0.0)
-    after = _suffix_exclusive(slope_s)  # sum of the slopes of the later breakpoints
-    reached = ops.cumsum(full_s, axis=-1) + ops.where(after > 0, r_s * after, 0.0)
-    below = reached < ops.expand_dims(c, -1)  # a prefix: the coordinates already at their bound
-    done = ops.sum(ops.where(below, full_s, 0.0), axis=-1)
-    rate = ops.sum(ops.where(below, 0.0, slope_s), axis=-1)
-    lam = ops.where(rate > 0, (c - done) / ops.maximum(rate, _TINY), _FAR)
+
+    def root(lam):
+        passed = r <= ops.expand_dims(lam, -1)
+        done = ops.sum(ops.where(passed, full, 0.0), axis=-1)
+        rate = ops.sum(ops.where(passed, 0.0, slope), axis=-1)
+        return ops.where(rate > 0, (c - done) / ops.maximum(rate, _TINY), _FAR)
+
+    def crossed(lam, new):  # a breakpoint in (lam, new]: the segment of `new` is not that of `lam`
+        inside = ops.logical_and(r > ops.expand_dims(lam, -1), r <= ops.expand_dims(new, -1))
+        return ops.any(inside, axis=-1)
+
+    def body(lam, new):
+        lam = ops.where(crossed(lam, new), new, lam)
+        return lam, root(lam)
+
+    lam = ops.zeros_like(c)
+    _, lam = ops.while_loop(lambda lam, new: ops.any(crossed(lam, new)), body, (lam, root(lam)))
     lam = ops.expand_dims(lam, -1)
     step = lam if norm == np.inf else lam * aw
     return ops.minimum(step, room)
-
-
-def _suffix_exclusive(a):
-    """`sum_{j > i} a_j` along the last axis, exact zeros after the last nonzero entry."""
-    reverse = ops.cumsum(ops.flip(a, axis=-1), axis=-1)
-    shifted = ops.concatenate([ops.zeros_like(reverse[:, :1]), reverse[:, :-1]], axis=-1)
-    return ops.flip(shifted, axis=-1)
 
 
 def _knapsack(aw, room, c):
