@@ -75,9 +75,9 @@ def fused_update(fn):
 
     An attack's update is some twenty elementwise passes over the batch (select, step, projection,
     clip, records); run op by op, each allocates and writes a new batch-sized tensor (a 1,024x32x32x3
-    APGD-CE step: 65 ms, 40x the forward+backward). XLA fuses them into a few loops over the batch
-    (6-8 ms, as the hand-written step). The model's forward and backward stay outside the cluster,
-    on TensorFlow's kernels.
+    APGD-CE step on a near-free model: 65 ms, 40x the forward+backward, 10x the same step written by
+    hand under XLA). XLA fuses them into a few loops over the batch (benchmarks/README.md). The
+    model's forward and backward stay outside the cluster, on TensorFlow's kernels.
     """
     return tf.function(fn, autograph=False, jit_compile=True)
 
