@@ -35,7 +35,7 @@ def model_and_data():
 
 
 def raising(error):
-    def compile(self, name, update, **static):
+    def compile(self, name, *parts, **static):  # step_function: update; search_function: three
         def step(*args):
             raise error
 

@@ -13,7 +13,7 @@ from gradkit import backend
 from gradkit.attacks import _engine, _square_device
 from gradkit.attacks._square import p_schedule, square_core
 from gradkit.attacks._square_attack import square_run
-from gradkit.attacks._square_ops import l2_proposal, linf_proposal
+from gradkit.attacks._square_ops import draws, l2_proposal, linf_proposal
 
 SHAPE, C = (8, 8, 2), 4
 D = int(np.prod(SHAPE))
@@ -114,7 +114,8 @@ def test_linf_proposal_changes_one_window_to_the_corners(channels):
     best, ends = x0 + np.float32(0.1), [x0 + np.float32(0.1), x0 - np.float32(0.1)]
     for side, most in ((1, 1), (4, 16)):
         sides = backend.to_tensor(np.asarray([side, side], np.int32))
-        cand, _ = linf_proposal(_tensor(best), [_tensor(e) for e in ends], sides, backend.seed_state(side))
+        u, _ = backend.uniform((n, draws(np.inf, channels)), backend.seed_state(side))
+        cand = linf_proposal(_tensor(best), [_tensor(e) for e in ends], sides, u)
         cand = backend.to_numpy(cand)
         changed = (np.abs(cand - best).max(axis=3) > 1e-7).reshape(n, -1)
         assert changed.sum(axis=1).max() == most and changed.any(axis=1).mean() > 0.97
@@ -128,8 +129,9 @@ def test_l2_proposal_stays_on_the_sphere_and_rescales_outside_its_windows():
     best = x0 + eps * delta / np.linalg.norm(delta.reshape(n, -1), axis=1).reshape(n, 1, 1, 1)
     _, sides, patterns = _square_device.schedule(0.1, 1000, 10, 10, 2)
     stage = backend.to_tensor(np.asarray(0, np.int32))
-    cand, _ = l2_proposal(_tensor(best), _tensor(x0), _engine.scalar(eps), backend.to_tensor(patterns),
-                          stage, backend.to_tensor(sides[0]), backend.seed_state(0), None)  # fmt: skip
+    u, _ = backend.uniform((n, draws(2, 2)), backend.seed_state(0))
+    cand = l2_proposal(_tensor(best), _tensor(x0), _engine.scalar(eps), backend.to_tensor(patterns),
+                       stage, backend.to_tensor(sides[0]), u, None)  # fmt: skip
     new = backend.to_numpy(cand) - x0
     np.testing.assert_allclose(distance(new + x0, x0, 2), eps, rtol=1e-4)
     ratio = new / (best - x0)

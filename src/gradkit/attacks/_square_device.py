@@ -18,7 +18,7 @@ from gradkit import backend
 from gradkit.attacks import _engine as engine
 from gradkit.attacks import _geometry as geometry
 from gradkit.attacks._square import _HALVINGS, as_image
-from gradkit.attacks._square_ops import l1_proposal, l2_proposal, linf_proposal
+from gradkit.attacks._square_ops import draws, l1_proposal, l2_proposal, linf_proposal
 from gradkit.attacks._square_proposals import _window, eta, l1_init, l2_init, linf_ends, linf_init
 
 CHECK_EVERY = 100  # steps between two reads of "any row still attacked?"
@@ -45,38 +45,45 @@ def schedule(p_init, n_queries, h, w, norm):
     return np.asarray(starts, np.int32), sides, patterns
 
 
-def _propose(state, fixed, image, norm, clip):
-    """A candidate `(n, *image)` for every row, and the next seed."""
+def _propose(state, fixed, u, image, norm, clip):
+    """A candidate `(n, *image)` for every row from the uniform draws `u`."""
     stage = ops.sum(ops.cast(state["i"] >= fixed["starts"], "int32"))
     sides = ops.take(fixed["sides"], stage, axis=0)
     best = ops.reshape(state["x"], (-1,) + image)
     if norm == np.inf:
-        return linf_proposal(best, (fixed["plus"], fixed["minus"]), sides, state["seed"])
+        return linf_proposal(best, (fixed["plus"], fixed["minus"]), sides, u)
     bounds = (fixed["lo"], fixed["hi"]) if clip else None
     proposal = l1_proposal if norm == 1 else l2_proposal
-    return proposal(best, fixed["x0"], fixed["eps"], fixed["patterns"], stage, sides, state["seed"], bounds)
+    return proposal(best, fixed["x0"], fixed["eps"], fixed["patterns"], stage, sides, u, bounds)
 
 
 def _step(objective, image, *, norm, targeted, clip):
-    def step(state, fixed, evaluate):
+    """The step as `(propose, keep, draws)` (`backend.compile_search`): `propose(state, fixed, u)` the
+    candidate from `draws` uniform numbers per row, then `keep(state, fixed, candidate, (values,
+    logits))` the next state."""
+
+    def propose(state, fixed, u):
         x = state["x"]
-        cand, seed = _propose(state, fixed, image, norm, clip)
-        cand = ops.where(state["i"] < 0, x, ops.reshape(cand, x.shape))  # first: the start itself
-        values, logits = evaluate(cand)
+        cand = _propose(state, fixed, u, image, norm, clip)
+        return ops.where(state["i"] < 0, x, ops.reshape(cand, x.shape))  # first: the start itself
+
+    def keep(state, fixed, cand, aux):
+        x = state["x"]
+        values, logits = aux
         labels, targets = fixed["y"]
         decision = objective.decide_tensor(logits, fixed["weights"]["alpha"])
         hit = decision == targets if targeted else decision != labels
         active = ops.logical_and(state["active"], fixed["weights"]["rows"] > 0)
-        keep = ops.logical_and(active, ops.logical_or(values > state["values"], hit))
-        new = dict(state, i=state["i"] + 1, seed=seed)
-        new["x"] = ops.where(engine.rows_mask(keep, x), cand, x)
-        new["values"] = ops.where(keep, values, state["values"])
+        better = ops.logical_and(active, ops.logical_or(values > state["values"], hit))
+        new = dict(state, i=state["i"] + 1)
+        new["x"] = ops.where(engine.rows_mask(better, x), cand, x)
+        new["values"] = ops.where(better, values, state["values"])
         new["success"] = ops.logical_or(state["success"], ops.logical_and(active, hit))
         new["used"] = state["used"] + ops.cast(active, "int32")
         new["active"] = ops.logical_and(active, ops.logical_not(hit))
         return new
 
-    return step
+    return propose, keep, draws(norm, image[-1])
 
 
 def _constants(session, x0, n_queries, p_init, rng):
@@ -120,7 +127,7 @@ def square_device(session, x0, labels, targets, *, n_queries, p_init, rng):
     objective = session.objective
     clip = session.clip_values is not None
     static = dict(norm=session.norm, targeted=targets is not None, clip=clip)
-    step = objective.search_function("square", _step(objective, image, **static), image=image, **static)
+    step = objective.search_function("square", *_step(objective, image, **static), image=image, **static)
     (trainables, non_trainables), parts = objective.fixed(labels, targets)
     out = {"x": [], "success": [], "used": []}
     for first, stop, pad, y, weights in parts:

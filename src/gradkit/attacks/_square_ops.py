@@ -5,8 +5,9 @@ L2 Algorithm 3; L1 as AutoAttack's square.py), on images `(n, h, w, c)` of backe
 window side changes with the schedule of `p`, so a window is a mask over the whole image (static
 shapes: one trace for every side); its side `(sh, sw)` and, for L2 and L1, its pattern `eta`
 (computed on the host by `_square_proposals.eta`, one per side of the schedule, placed at the canvas'
-corner) are looked up by the schedule's stage. Random numbers come from `backend.uniform` with the
-seed the state carries: the stream differs from numpy's, the distributions are the same.
+corner) are looked up by the schedule's stage. A proposal reads its random numbers from `u`, a uniform
+sample `(n, draws(norm, c))` that the compiled step draws with the seed the state carries
+(`backend.compile_search`): the stream differs from numpy's, the distributions are the same.
 
 References:
     Andriushchenko, Croce, Flammarion & Hein (2020), "Square Attack: a query-efficient black-box
@@ -15,10 +16,15 @@ References:
 
 from keras import ops
 
-from gradkit import backend
 from gradkit.attacks import _geometry as geometry
 
 REDRAWS = 8  # Linf: sign redraws when a proposal leaves the window unchanged (as `_square_proposals`)
+
+
+def draws(norm, channels):
+    """Uniform numbers per row of a proposal: Linf a window corner and `REDRAWS` signs per channel;
+    L2 and L1 two corners, an orientation and a sign per channel."""
+    return 2 + REDRAWS * channels if norm == float("inf") else 5 + channels
 
 
 def window(u_top, u_left, sh, sw, h, w):
@@ -52,21 +58,21 @@ def _first_change(draws, unchanged):
     return ops.any(ops.logical_and(draws, ops.expand_dims(pick, 2)), axis=0)
 
 
-def linf_proposal(best, ends, sides, seed):
-    """A random window of each sample set to `x0 +- eps` (one sign per channel): `(candidate, seed)`.
+def linf_proposal(best, ends, sides, u):
+    """A random window of each sample set to `x0 +- eps` (one sign per channel), from the uniform draws
+    `u` `(n, draws(inf, c))`.
 
     `ends` are the two clipped corners `[x0 + eps, x0 - eps]` (`_square_proposals.linf_ends`), `sides`
     the window's `(sh, sw)`; signs are redrawn (up to `REDRAWS` draws) where they would not change the
     window, as in the authors' loop."""
     n, h, w, c = best.shape
-    u, seed = backend.uniform((n, 2 + REDRAWS * c), seed)
     mask, _, _ = window(u[:, 0], u[:, 1], sides[0], sides[1], h, w)
     m = _channels(mask)
     tolerance = 1e-7 * ops.cast(sides[0] * sides[1], "float32")
     unchanged = [ops.sum(ops.abs(end - best) * m, axis=(1, 2)) < tolerance for end in ends]  # (n, c)
     draws = ops.transpose(ops.reshape(u[:, 2:], (n, REDRAWS, c)), (1, 0, 2)) < 0.5
     plus = ops.expand_dims(ops.expand_dims(_first_change(draws, unchanged), 1), 1)
-    return ops.where(m > 0, ops.where(plus, ends[0], ends[1]), best), seed
+    return ops.where(m > 0, ops.where(plus, ends[0], ends[1]), best)
 
 
 def _pattern(patterns, stage, orient, rows, cols):
@@ -86,24 +92,24 @@ def _sums(a, norm=2):
     return ops.sqrt(ops.sum(ops.square(a), axis=(1, 2), keepdims=True))
 
 
-def _two_windows(best, patterns, stage, sides, seed):
+def _two_windows(best, patterns, stage, sides, u):
     """Algorithm 3's two random windows and window 1's signed bump (the stage's pattern, a random sign per
-    channel): `(m1, m2, bump, seed)`, the masks float32 `(n, h, w, 1)`, the bump `(n, h, w, c)`."""
+    channel) from the draws `u` `(n, 5 + c)`: `(m1, m2, bump)`, the masks float32 `(n, h, w, 1)`, the
+    bump `(n, h, w, c)`."""
     n, h, w, c = best.shape
-    u, seed = backend.uniform((n, 5 + c), seed)
     mask1, rows, cols = window(u[:, 0], u[:, 1], sides[0], sides[1], h, w)
     mask2, _, _ = window(u[:, 2], u[:, 3], sides[0], sides[1], h, w)
     bump = _pattern(patterns, stage, ops.cast(u[:, 4] < 0.5, "int32"), rows, cols)
     bump = ops.expand_dims(ops.where(mask1, bump, 0.0), -1)
     signs = ops.reshape(ops.where(u[:, 5:] < 0.5, -1.0, 1.0), (n, 1, 1, c))
-    return _channels(mask1), _channels(mask2), bump * signs, seed
+    return _channels(mask1), _channels(mask2), bump * signs
 
 
-def l2_proposal(best, x0, eps, patterns, stage, sides, seed, bounds):
+def l2_proposal(best, x0, eps, patterns, stage, sides, u, bounds):
     """Algorithm 3's update: window 2 emptied into window 1 (plus a bump of the stage's pattern with a
-    random sign per channel), rescaled to norm eps, projected and clipped: `(candidate, seed)`."""
+    random sign per channel), rescaled to norm eps, projected and clipped; `u` the draws."""
     c = best.shape[-1]
-    m1, m2, bump, seed = _two_windows(best, patterns, stage, sides, seed)
+    m1, m2, bump = _two_windows(best, patterns, stage, sides, u)
     eps = ops.cast(eps, "float32")
     delta = best - x0
     norm_w1, norm_both = _sums(delta * m1), _sums(delta * ops.maximum(m1, m2))
@@ -112,15 +118,15 @@ def l2_proposal(best, x0, eps, patterns, stage, sides, seed, bounds):
     new = new / ops.maximum(_sums(new), geometry.TINY) * ops.sqrt(room + ops.square(norm_both))
     delta = ops.where(m1 > 0, new, ops.where(m2 > 0, 0.0, delta))
     delta = eps * delta / ops.maximum(geometry.per_sample_norm_tensor(delta), geometry.TINY)
-    return geometry.project_and_clip_tensor(x0 + delta, x0, eps, 2, bounds), seed
+    return geometry.project_and_clip_tensor(x0 + delta, x0, eps, 2, bounds)
 
 
-def l1_proposal(best, x0, eps, patterns, stage, sides, seed, bounds):
+def l1_proposal(best, x0, eps, patterns, stage, sides, u, bounds):
     """AutoAttack's L1 update (`_square_proposals.l1_proposal`): window 1 gets the L1 bump plus its old
     content, scaled to the budget left plus both windows' mass; window 2 is emptied; then the exact
-    projection onto the L1-ball and the box: `(candidate, seed)`."""
+    projection onto the L1-ball and the box; `u` the draws."""
     c = best.shape[-1]
-    m1, m2, bump, seed = _two_windows(best, patterns, stage, sides, seed)
+    m1, m2, bump = _two_windows(best, patterns, stage, sides, u)
     eps = ops.cast(eps, "float32")
     delta = best - x0
     norm_w1, norm_both = _sums(delta * m1, 1), _sums(delta * ops.maximum(m1, m2), 1)
@@ -128,4 +134,4 @@ def l1_proposal(best, x0, eps, patterns, stage, sides, seed, bounds):
     new = bump + delta * m1 / (1e-12 + norm_w1)
     new = new / (1e-12 + _sums(new, 1)) * (room + norm_both) * c
     delta = ops.where(m1 > 0, new, ops.where(m2 > 0, 0.0, delta))
-    return geometry.project_and_clip_tensor(x0 + delta, x0, eps, 1, bounds), seed
+    return geometry.project_and_clip_tensor(x0 + delta, x0, eps, 1, bounds)

@@ -21,9 +21,11 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   state, fixed) -> state`: the gradient of `objective(trainable, non_trainable, state["x"], fixed["y"],
   fixed["weights"]) -> (loss, aux)` w.r.t. `state["x"]`, then `update(state, aux, grad, fixed)`; the
   state (a dict of tensors) stays on the device between steps (`gradkit.attacks`' engine).
-- `compile_search(objective, step)`: a score-based attack's step compiled whole, forward passes only:
-  `call(trainable, non_trainable, state, fixed) -> state` runs `step(state, fixed, evaluate)` with
-  `evaluate(x)` the aux of `objective(trainable, non_trainable, x, fixed["y"], fixed["weights"])`.
+- `compile_search(objective, propose, keep, draws)`: a score-based attack's step compiled whole,
+  forward passes only: `call(trainable, non_trainable, state, fixed) -> state` draws `u` (`draws`
+  uniform numbers per row, with `state["seed"]`, which moves on), then `candidate = propose(state,
+  fixed, u)`, `aux` the aux of `objective(trainable, non_trainable, candidate, fixed["y"],
+  fixed["weights"])`, and returns `keep(state, fixed, candidate, aux)` with the next seed.
   `seed_state(seed)` is the seed a state carries for an int seed, `uniform(shape, seed)` returns
   `(float32 sample in [0, 1), next seed)` inside such a step (see `_search.py` for why the seed is
   not a `keras.random.SeedGenerator` there).

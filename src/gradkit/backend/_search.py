@@ -1,10 +1,13 @@
 """A score-based attack's step compiled whole (forward passes only), and its random draws on the device.
 
-`compile_search(objective, step)` gives `call(trainable, non_trainable, state, fixed) -> state` where
-`step(state, fixed, evaluate)` is written in `keras.ops` and `evaluate(x)` is `objective(trainable,
-non_trainable, x, fixed["y"], fixed["weights"])[1]` (the aux of the objective, no gradient): one
-`jax.jit`, one `tf.function`, or on PyTorch the traced forward of `_torch_trace` and the rest eager
-under `torch.no_grad`.
+`compile_search(objective, propose, keep, draws)` gives `call(trainable, non_trainable, state, fixed)
+-> state`: `u`, `draws` uniform numbers per row drawn with `state["seed"]`, `candidate = propose(state,
+fixed, u)`, the aux of `objective(trainable, non_trainable, candidate, fixed["y"], fixed["weights"])`
+(no gradient), then `keep(state, fixed, candidate, aux)` with the next seed; `propose` and `keep` are
+written in `keras.ops`. One `jax.jit`; one `tf.function` with `propose` and `keep` each one nested XLA
+cluster (the draw and the forward outside them, on TensorFlow's kernels: XLA's stateless uniform
+gives other numbers than TensorFlow's for the same seed); or on PyTorch the traced forward of
+`_torch_trace` and the rest eager under `torch.no_grad`.
 
 The random draws: `seed_state(seed)` is the state's seed for an int seed and `uniform(shape, seed)`
 returns `(sample in [0, 1) float32, next seed)`. Keras' random ops take a seed tensor only on JAX (a
@@ -23,20 +26,30 @@ def _pair(seed):
     return np.asarray([int(seed) % (2**31 - 1), 0], np.int32)
 
 
+def _composed(objective, propose, keep, draws, uniform):
+    """`step(trainable, non_trainable, state, fixed)`: the draw, `propose`, the forward pass, `keep`."""
+
+    def step(trainable, non_trainable, state, fixed):
+        u, seed = uniform((state["x"].shape[0], draws), state["seed"])
+        candidate = propose(state, fixed, u)
+        aux = objective(trainable, non_trainable, candidate, fixed["y"], fixed["weights"])[1]
+        return dict(keep(state, fixed, candidate, aux), seed=seed)
+
+    return step
+
+
 # JAX -------------------------------------------------------------------------------------------------
 
 
-def jax_search(objective, step):
+def jax_search(objective, propose, keep, draws):
     """`compile_search` on JAX: the whole step in one `jax.jit`."""
     import jax
 
+    step = _composed(objective, propose, keep, draws, jax_uniform)
+
     def traced(trainable, non_trainable, state, fixed):
         call.trace_count += 1
-
-        def evaluate(x):
-            return objective(trainable, non_trainable, x, fixed["y"], fixed["weights"])[1]
-
-        return step(state, fixed, evaluate)
+        return step(trainable, non_trainable, state, fixed)
 
     compiled = jax.jit(traced)
 
@@ -66,18 +79,21 @@ def jax_uniform(shape, seed):
 # TensorFlow ------------------------------------------------------------------------------------------
 
 
-def tf_search(objective, step):
-    """`compile_search` on TensorFlow: the whole step in one `tf.function` (no XLA, as `compile_step`)."""
+def tf_search(objective, propose, keep, draws):
+    """`compile_search` on TensorFlow: one `tf.function`; `propose` and `keep` (some forty elementwise
+    passes over the batch between them) each one nested XLA cluster, the draw and the forward pass
+    outside on TensorFlow's kernels (as `tensorflow.fused_update` in `compile_step`)."""
     import tensorflow as tf
+
+    def fused(fn):
+        return tf.function(fn, autograph=False, jit_compile=True)
+
+    step = _composed(objective, fused(propose), fused(keep), draws, tf_uniform)
 
     @tf.function(autograph=False)
     def traced(trainable, non_trainable, state, fixed):
         call.trace_count += 1
-
-        def evaluate(x):
-            return objective(trainable, non_trainable, x, fixed["y"], fixed["weights"])[1]
-
-        return step(state, fixed, evaluate)
+        return step(trainable, non_trainable, state, fixed)
 
     def call(*args):
         return traced(*args)
@@ -104,21 +120,19 @@ def tf_uniform(shape, seed):
 # PyTorch ---------------------------------------------------------------------------------------------
 
 
-def torch_search(objective, step):
+def torch_search(objective, propose, keep, draws):
     """`compile_search` on PyTorch: the forward traced per signature (`_torch_trace.compile_forward`,
-    its `trace_count`), the step eager under `torch.no_grad`."""
+    its `trace_count`), the rest eager under `torch.no_grad`."""
     import torch
 
     from gradkit.backend._torch_trace import compile_forward
 
     forward = compile_forward(lambda *args: objective(*args)[1])
+    step = _composed(lambda *args: (None, forward(*args)), propose, keep, draws, torch_uniform)
 
     def call(trainable, non_trainable, state, fixed):
-        def evaluate(x):
-            return forward(trainable, non_trainable, x, fixed["y"], fixed["weights"])
-
         with torch.no_grad():
-            out = step(state, fixed, evaluate)
+            out = step(trainable, non_trainable, state, fixed)
         call.trace_count = forward.trace_count
         return out
 

@@ -145,13 +145,15 @@ class AttackGradient:
             steps[key] = backend.compile_step(self._objective, update)
         return steps[key]
 
-    def search_function(self, name, step, **static):
+    def search_function(self, name, propose, keep, draws, **static):
         """`step_function` for a score-based attack: `backend.compile_search` on this objective, with
-        `step(state, fixed, evaluate)` and `evaluate(x) -> (values, logits)` (forward passes only)."""
+        `propose(state, fixed, u) -> candidate` (`u`: `draws` uniform numbers per row) and `keep(state,
+        fixed, candidate, (values, logits))` the next state, around the forward pass at the candidate
+        (no gradient)."""
         key = ("search", name, tuple(sorted((k, repr(v)) for k, v in static.items())))
         steps = vars(self._fn).setdefault("steps", {})
         if key not in steps:
-            steps[key] = backend.compile_search(self._objective, step)
+            steps[key] = backend.compile_search(self._objective, propose, keep, draws)
         return steps[key]
 
     def _variables(self):
