@@ -84,6 +84,10 @@ from gradkit.study._datasets import load_dataset
 from gradkit.study._datasets import load_digits
 from gradkit.study._datasets import load_mnist
 from gradkit.study._datasets import load_npz
+from gradkit.study._norms import DEFAULT_ADV_EPS
+from gradkit.study._norms import DEFAULT_EPSILONS
+from gradkit.study._norms import NORMS
+from gradkit.study._norms import QUICK_EPSILONS
 from gradkit.study._datasets import subsample
 from gradkit.study._table import format_table
 
@@ -94,8 +98,12 @@ _LAZY = {  # these modules import Keras (and with it a backend): loaded on first
 
 __all__ = [
     "DEFAULTS",
+    "DEFAULT_ADV_EPS",
+    "DEFAULT_EPSILONS",
     "MODELS",
+    "NORMS",
     "QUICK",
+    "QUICK_EPSILONS",
     "QUICK_SUBSET",
     "ConfigError",
     "Dataset",
