@@ -67,6 +67,8 @@ def test_adversarial_training_runs_at_the_norm_and_at_linf_under_l1():
     assert lines[4].startswith("adversarial training at Linf, adv_eps in Linf units") and "L1" in lines[4]
     assert lines[5] == "eps: L1 norm, in input units (inputs scaled to [0, 1])"
     assert "AutoAttack's L1 version" in lines[6]
+    fmn = header({**state, "config": study.make_config(norm="l1", attacks=["fmn"], apgd_steps=7)})
+    assert fmn[6] == "attacks: fmn 7 steps (minimum-norm, one run per model)"
     l2 = header({**state, "config": study.make_config(norm="l2")})
     assert "pgd L2 eps 0.5" in l2[2] and l2[4] == "eps: L2 norm, in input units (inputs scaled to [0, 1])"
 

@@ -3,7 +3,7 @@
 import os
 
 from gradkit.study._config import MODELS
-from gradkit.study._norms import ADV_NORMS, LABELS, adv_norm_note
+from gradkit.study._norms import ADV_NORMS, LABELS, MIN_NORM_ATTACKS, adv_norm_note
 
 WORST = "worst_case"
 FILES = {
@@ -104,6 +104,8 @@ def _attacks(config, n_classes=None):
             parts.append(f"pgd {config['pgd_steps']} steps, eps_step 2.5 eps/steps, random start")
         elif attack in ("apgd-ce", "apgd-t"):
             parts.append(f"{attack} {config.get('apgd_steps')} steps")
+        elif attack in MIN_NORM_ATTACKS:
+            parts.append(f"{attack} {config.get('apgd_steps')} steps (minimum-norm, one run per model)")
         elif attack == "square":
             parts.append(f"square {config.get('square_queries')} queries")
         elif attack == "standard":
