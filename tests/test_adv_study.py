@@ -1,7 +1,6 @@
 """The study's adversarial settings without training: adv_mode, adv_single's arguments, the header, resume."""
 
 import json
-import math
 
 import pytest
 
@@ -21,12 +20,12 @@ def test_adv_mode_option_is_checked():
 def test_adv_single_and_adv_boost_share_the_attack_settings():
     config = study.StudyConfig(adv_eps=0.2, adv_steps=4, seed=3, adv_mode="fit")
     boost = _train.adversarial(config)
-    assert boost == {"attack": "pgd", "eps": 0.2, "norm": math.inf, "clip_values": (0.0, 1.0), "steps": 4,
+    assert boost == {"attack": "pgd", "eps": 0.2, "norm": "linf", "clip_values": (0.0, 1.0), "steps": 4,
                      "eps_step": pytest.approx(0.125), "seed": 3, "mode": "fit"}  # fmt: skip
     single = _train.adversarial_single(config)
     assert single == {**{k: v for k, v in boost.items() if k != "mode"}, "random_start": True}
     fast = _train.adversarial_single(study.StudyConfig(adv_attack="fgsm"))  # fast FGSM, random start
-    assert fast == {"attack": "fgsm", "eps": 0.1, "norm": math.inf, "clip_values": (0.0, 1.0),
+    assert fast == {"attack": "fgsm", "eps": 0.1, "norm": "linf", "clip_values": (0.0, 1.0),
                     "random_start": True, "seed": 0}  # fmt: skip
 
 

@@ -270,7 +270,7 @@ def test_saved_models_are_the_trained_ones(quick_dir):
         assert sum(m.count_params() for m in ensemble.models) == record["n_params"]
     for name in ("adaboost_m1", "adv_boost"):
         assert list(models[name].estimator_weights_) == state["models"][name]["estimator_weights"]
-    assert models["adv_boost"].adversarial["eps"] == 0.1
+    assert models["adv_boost"].adversarial["eps"] == 0.1 and models["adv_boost"].adversarial["norm"] == "linf"
     assert models["adv_boost"].adversarial["mode"] == state["config"]["adv_mode"]
 
 

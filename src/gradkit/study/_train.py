@@ -35,7 +35,7 @@ from gradkit.attacks import default_eps_step
 from gradkit.boosting import AdaBoostM1
 from gradkit.monitor import GradientNormCallback
 from gradkit.study._models import build_model
-from gradkit.study._norms import ADV_NORMS, VALUES
+from gradkit.study._norms import ADV_NORMS
 from gradkit.training import adversarial_training, untrack_adversarial_training
 
 
@@ -59,8 +59,9 @@ SINGLES = ("single", "adv_single")  # one network each; the others are boosted
 
 def adversarial(config):
     """The `adversarial` argument of `adv_boost`: the attack of its rounds (PGD or FGSM), its norm (the
-    study's, Linf under "l1": `_norms.ADV_NORMS`) and the mode."""
-    norm = VALUES[ADV_NORMS[config.norm]]
+    study's, Linf under "l1": `_norms.ADV_NORMS`; by name, "linf" or "l2", so that the saved boosted model
+    keeps it in its JSON) and the mode."""
+    norm = ADV_NORMS[config.norm]
     options = {"attack": config.adv_attack, "eps": config.adv_eps, "norm": norm, "clip_values": (0.0, 1.0)}
     if config.adv_attack == "pgd":
         eps_step = default_eps_step(config.adv_eps, config.adv_steps)
