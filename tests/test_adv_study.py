@@ -20,12 +20,13 @@ def test_adv_mode_option_is_checked():
 def test_adv_single_and_adv_boost_share_the_attack_settings():
     config = study.StudyConfig(adv_eps=0.2, adv_steps=4, seed=3, adv_mode="fit")
     boost = _train.adversarial(config)
-    assert boost == {"attack": "pgd", "eps": 0.2, "clip_values": (0.0, 1.0), "steps": 4,
+    assert boost == {"attack": "pgd", "eps": 0.2, "norm": "linf", "clip_values": (0.0, 1.0), "steps": 4,
                      "eps_step": pytest.approx(0.125), "seed": 3, "mode": "fit"}  # fmt: skip
     single = _train.adversarial_single(config)
     assert single == {**{k: v for k, v in boost.items() if k != "mode"}, "random_start": True}
     fast = _train.adversarial_single(study.StudyConfig(adv_attack="fgsm"))  # fast FGSM, random start
-    assert fast == {"attack": "fgsm", "eps": 0.1, "clip_values": (0.0, 1.0), "random_start": True, "seed": 0}
+    assert fast == {"attack": "fgsm", "eps": 0.1, "norm": "linf", "clip_values": (0.0, 1.0),
+                    "random_start": True, "seed": 0}  # fmt: skip
 
 
 def _state(**options):
@@ -49,20 +50,18 @@ def test_header_says_how_each_adversarial_model_was_trained():
     lines = header(_state(adv_mode="augment"))
     assert lines[1] == ("training: single 20 epochs; adv_single 20 epochs; adv_boost 5/5 members x 4 epochs "
                         "(round 1 trains twice: clean, then adversarial)")  # fmt: skip
-    assert (
-        lines[2]
-        == "adv_single trains on pgd eps 0.1, 5 steps examples made inside fit (gradkit.adversarial_training)"
-    )
+    single = "adv_single trains on pgd Linf eps 0.1, 5 steps examples made inside fit"
+    assert lines[2] == f"{single} (gradkit.adversarial_training)"
     assert lines[3].startswith(
-        "adv_boost rounds (augment mode) train on pgd eps 0.1, 5 steps examples made against"
+        "adv_boost rounds (augment mode) train on pgd Linf eps 0.1, 5 steps examples made against"
     )
     assert lines[-1] == "clean accuracy: single 0.980, adv_single 0.990, adv_boost 0.980"
     fit = header(_state(adv_mode="fit", adv_attack="fgsm"))
     assert "trains twice" not in fit[1]
-    single = "adv_single trains on fgsm eps 0.1 (random start) examples made inside fit"
+    single = "adv_single trains on fgsm Linf eps 0.1 (random start) examples made inside fit"
     assert fit[2] == f"{single} (gradkit.adversarial_training)"
     assert fit[3].startswith(
-        "adv_boost rounds (fit mode) train on fgsm eps 0.1 (random start) examples made inside fit"
+        "adv_boost rounds (fit mode) train on fgsm Linf eps 0.1 (random start) examples made inside fit"
     )
 
 

@@ -46,7 +46,8 @@ PACKAGES = {
         "CatastrophicOverfittingCheck", "adversarial_training", "collapsed", "untrack_adversarial_training",
     ],
     "gradkit.study": [
-        "ConfigError", "DEFAULTS", "Dataset", "DatasetError", "MODELS", "QUICK", "QUICK_SUBSET",
+        "ConfigError", "DEFAULTS", "DEFAULT_ADV_EPS", "DEFAULT_EPSILONS", "Dataset", "DatasetError", "MODELS",
+        "NORMS", "QUICK", "QUICK_EPSILONS", "QUICK_SUBSET",
         "StudyConfig",
         "build_model", "format_table", "load_dataset", "load_digits", "load_mnist", "load_npz", "make_config",
         "run_study", "subsample",

@@ -92,6 +92,8 @@ def test_files_and_results_schema(quick_dir):
         "config",
         "backend",
         "dataset",
+        "norm",
+        "adv_norm",
         "n_train",
         "n_test",
         "n_classes",
@@ -114,6 +116,7 @@ def test_files_and_results_schema(quick_dir):
         1347,
         450,
     )
+    assert (state["norm"], state["adv_norm"], expected["norm"]) == ("linf", "linf", "linf")
     assert list(state["models"]) == ["single", "adv_single", "adaboost_m1", "adv_boost"]
     epochs = expected["epochs"]
     for name in ("single", "adv_single"):
@@ -133,13 +136,14 @@ def test_files_and_results_schema(quick_dir):
         assert all(math.isfinite(v) and v > 0 for fit in fits for v in fit)
     over_all = [r for r in state["results"] if r["attack"] != "standard"]
     assert len(over_all) == 4 * 3 * 3  # models x (worst case, fgsm, pgd) x epsilons
-    keys = ["model", "attack", "eps", "accuracy", "n_points", "ci_low", "ci_high", "scope"]
+    keys = ["model", "attack", "norm", "eps", "accuracy", "n_points", "ci_low", "ci_high", "scope"]
     assert all(list(row) == keys for row in state["results"])
     assert [r["attack"] for r in state["results"][:3]] == ["worst_case"] * 3
     with open(quick_dir / "results.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == ["model", "attack", "eps", "accuracy", "ci_low", "ci_high", "n_points", "scope"]
-    assert [(r["model"], r["attack"], float(r["eps"]), float(r["accuracy"]), int(r["n_points"]),
+    assert list(rows[0]) == ["model", "attack", "norm", "eps", "accuracy", "ci_low", "ci_high", "n_points",
+                             "scope"]  # fmt: skip
+    assert [(r["model"], r["attack"], r["norm"], float(r["eps"]), float(r["accuracy"]), int(r["n_points"]),
              float(r["ci_low"]), float(r["ci_high"]), r["scope"]) for r in rows] == [
         tuple(r.values()) for r in state["results"]
     ]  # fmt: skip
@@ -266,7 +270,7 @@ def test_saved_models_are_the_trained_ones(quick_dir):
         assert sum(m.count_params() for m in ensemble.models) == record["n_params"]
     for name in ("adaboost_m1", "adv_boost"):
         assert list(models[name].estimator_weights_) == state["models"][name]["estimator_weights"]
-    assert models["adv_boost"].adversarial["eps"] == 0.1
+    assert models["adv_boost"].adversarial["eps"] == 0.1 and models["adv_boost"].adversarial["norm"] == "linf"
     assert models["adv_boost"].adversarial["mode"] == state["config"]["adv_mode"]
 
 
@@ -339,7 +343,7 @@ def test_table_names_backend_models_and_epsilons(quick_dir):
     assert "standard accuracy on the n points no other attack broke" in table and " n=" in single[3]
     assert "single 6 epochs" in table and "adaboost_m1 " in table and "/2 members x 3 epochs" in table
     assert "adv_single 6 epochs" in table and len([x for x in lines if x.startswith("adv_single  ")]) == 4
-    assert "adv_single trains on pgd eps 0.1, 5 steps examples made inside fit" in table
+    assert "adv_single trains on pgd Linf eps 0.1, 5 steps examples made inside fit" in table
     assert "Linf" in table and "pgd 10 steps" in table and "square 100 queries" in table
     assert "warnings:" in table and "[one_network]" in table  # two members: one outvotes the other
     files = study.format_table(_read(quick_dir), out=str(quick_dir))

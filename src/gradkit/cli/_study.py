@@ -12,6 +12,7 @@ from gradkit.errors import WorseThanRandomError
 _EXAMPLE = """examples:
   gradkit study --out runs/demo                     digits, CNN, 4 models, FGSM, PGD, standard (< 4 min)
   gradkit study --quick --out runs/quick            small and fast (under a minute)
+  gradkit study --norm l2 --attacks pgd,ddn,standard  L2 threat model (eps in L2, input units)
   gradkit study --dataset data.npz --model mlp      arrays x_train, y_train, x_test, y_test
   gradkit study --model mynet:build --quick         your network: build(input_shape, n_classes)
   gradkit study --dataset cifar10 --quick           Keras' CIFAR-10 loader (downloads once)
@@ -40,8 +41,9 @@ def add_parser(commands):
     command.add_argument(
         "--quick",
         action="store_true",
-        help=f"{quick['n_estimators']} members x {quick['epochs']} epochs, "
-        f"epsilons {_csv(quick['epsilons'])}, {quick['apgd_steps']} APGD steps, {quick['square_queries']} "
+        help=f"{quick['n_estimators']} members x {quick['epochs']} epochs, epsilons "
+        + "; ".join(f"{n} {_csv(e)}" for n, e in study.QUICK_EPSILONS.items())
+        + f", {quick['apgd_steps']} APGD steps, {quick['square_queries']} "
         f"Square queries, at most {n_train}/{n_test} train/test samples "
         "(explicit options still win)",
     )
@@ -68,16 +70,26 @@ def _add_study_options(add, defaults):
         f"(input_shape, n_classes) returning a compiled Keras classifier (default: {defaults['model']})",
     )
     add(
+        "--norm",
+        type=str.lower,
+        choices=study.NORMS,
+        help="threat model of every attack, evaluate, the curve and adversarial training (adv_single, "
+        "adv_boost; at Linf under l1: gradkit's adversarial training takes Linf and L2) "
+        f"(default: {defaults['norm']})",
+    )
+    add(
         "--epsilons",
         type=_number_list(float),
-        help=f"comma-separated Linf eps >= 0 in input units, inputs in [0, 1] "
-        f"(default: {_csv(defaults['epsilons'])})",
+        help="comma-separated eps >= 0 in the --norm, input units, inputs in [0, 1] (default: "
+        + "; ".join(f"{n} {_csv(e)}" for n, e in study.DEFAULT_EPSILONS.items())
+        + ")",
     )
     add(
         "--attacks",
         type=_word_list,
-        help="comma-separated, from fgsm, pgd, apgd-ce, apgd-t, square, standard (gradkit.evaluate), "
-        "fmn, fab (one minimum-norm run per model: every eps, and each point's norm in samples.csv); "
+        help="comma-separated, from fgsm, pgd, apgd-ce, apgd-t, square, standard (gradkit.evaluate: "
+        "AutoAttack's standard version for the --norm), fmn, fab, ddn (l2 only) (one minimum-norm run per "
+        "model: every eps, and each point's norm in samples.csv); "
         f"the table leads with the per-sample worst case (default: {_csv(defaults['attacks'])})",
     )
     add("--n-estimators", type=int, help=f"boosting rounds (default: {defaults['n_estimators']})")
@@ -130,7 +142,8 @@ def _add_attack_options(add, defaults):
         f"(default: {defaults['adv_attack']})",
     )
     both = "adversarial training and boosting"
-    add("--adv-eps", type=float, help=f"eps of {both} (default: {defaults['adv_eps']})")
+    adv_eps = "; ".join(f"{n} {e:g}" for n, e in study.DEFAULT_ADV_EPS.items())
+    add("--adv-eps", type=float, help=f"eps of {both}, in its norm (default: {adv_eps} (Linf))")
     add("--adv-steps", type=int, help=f"PGD steps of {both} (default: {defaults['adv_steps']})")
     add(
         "--adv-mode",

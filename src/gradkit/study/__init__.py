@@ -15,24 +15,27 @@ The study trains four models on one data set (`load_dataset`), all with `Gradien
   weighted error counts a point as wrong when the member gets it or its adversarial example wrong (see
   `gradkit.AdaBoostM1`).
 
-Then it attacks each model at each eps (Linf, in input units, `clip_values=(0, 1)`) with each of
-`attacks`: "fgsm", "pgd" (`pgd_steps`, `eps_step = 2.5 * eps / pgd_steps`), "apgd-ce", "apgd-t",
-"square" and "standard" (`gradkit.evaluate`'s cascade, ensemble-aware on boosted models), all through
-`gradkit.evaluate`. Per test point it keeps the smallest eps at which each attack fooled it; a point
-broken at eps e stays broken at larger eps, so each eps attacks only the points still robust, and
-"standard" runs last on the points no attack broke. The table and the plot lead with the per-sample
-worst case; a single attack's rows are therefore cumulative (not broken by it at this eps or below),
-and the "standard" rows give its accuracy on the points it attacked. Every row carries its 95% Wilson
-score interval and its number of points, and the models are compared pairwise on the worst case by
-McNemar's exact test (`gradkit.compare`). The output directory holds:
+Then it attacks each model at each eps (in the study's `norm`, "linf", "l2" or "l1", in input units,
+`clip_values=(0, 1)`; each norm has its default eps list, see `_norms`) with each of `attacks`: "fgsm",
+"pgd" (`pgd_steps`, `eps_step = 2.5 * eps / pgd_steps`), "apgd-ce", "apgd-t", "square" and "standard"
+(`gradkit.evaluate`'s cascade, AutoAttack's standard version for the norm, ensemble-aware on boosted
+models), all through `gradkit.evaluate`; "fmn", "fab" and "ddn" (L2) run one minimum-norm attack per
+model that gives every eps. Adversarial training runs at the norm too (at Linf under "l1": gradkit's
+adversarial training takes Linf and L2). Per test point it keeps the smallest eps at which each attack
+fooled it; a point broken at eps e stays broken at larger eps, so each eps attacks only the points still
+robust, and "standard" runs last on the points no attack broke. The table and the plot lead with the
+per-sample worst case; a single attack's rows are therefore cumulative (not broken by it at this eps or
+below), and the "standard" rows give its accuracy on the points it attacked. Every row carries its 95%
+Wilson score interval and its number of points, and the models are compared pairwise on the worst case
+by McNemar's exact test (`gradkit.compare`). The output directory holds:
 
     config.json          the configuration, backend and a data fingerprint (a rerun must match them)
-    results.json         config, backend, dataset, n_train, n_test, models, results, evaluations,
-                         warnings, samples, grad_norm, comparisons, statistics
-    results.csv          the result rows: model, attack ("worst_case", "fgsm", ..., "standard"), eps,
+    results.json         config, backend, dataset, norm, adv_norm, n_train, n_test, models, results,
+                         evaluations, warnings, samples, grad_norm, comparisons, statistics
+    results.csv          the result rows: model, attack ("worst_case", "fgsm", ..., "standard"), norm, eps,
                          accuracy, ci_low, ci_high, n_points, scope
     samples.csv          per test point: label, and per model clean correct, the smallest eps that
-                         broke it and by which attack (with "fmn": its minimal Linf norm found)
+                         broke it and by which attack (with "fmn": its minimal norm found)
     robustness.png       accuracy vs eps, one line per model and attack, the worst case boldest,
                          95% bands
     grad_norm.png        per-epoch gradient norm, a panel per model (plot_training_diagnostics),
@@ -48,7 +51,8 @@ Every file is written atomically, and results.json after each model and each (mo
 interrupted run resumes: rerun it with the same `out` and configuration, and finished models are
 loaded instead of retrained and finished results are kept (`run_study(..., log=print)` says so).
 
-Modules: `_config` (the Keras-free configuration, the single source of defaults), `_datasets`,
+Modules: `_config` (the Keras-free configuration, the single source of defaults), `_norms` (the
+threat models and their defaults), `_datasets`,
 `_keras_data` (MNIST, Fashion-MNIST, CIFAR-10), `_run` (the orchestration), `_train`, `_attack`
 (the attacks, the per-sample worst case, the rows and their intervals), `_compare` (the paired
 tests), `_models` (the model zoo and model files), `_outdir`
@@ -84,6 +88,10 @@ from gradkit.study._datasets import load_dataset
 from gradkit.study._datasets import load_digits
 from gradkit.study._datasets import load_mnist
 from gradkit.study._datasets import load_npz
+from gradkit.study._norms import DEFAULT_ADV_EPS
+from gradkit.study._norms import DEFAULT_EPSILONS
+from gradkit.study._norms import NORMS
+from gradkit.study._norms import QUICK_EPSILONS
 from gradkit.study._datasets import subsample
 from gradkit.study._table import format_table
 
@@ -94,8 +102,12 @@ _LAZY = {  # these modules import Keras (and with it a backend): loaded on first
 
 __all__ = [
     "DEFAULTS",
+    "DEFAULT_ADV_EPS",
+    "DEFAULT_EPSILONS",
     "MODELS",
+    "NORMS",
     "QUICK",
+    "QUICK_EPSILONS",
     "QUICK_SUBSET",
     "ConfigError",
     "Dataset",

@@ -7,7 +7,7 @@ example lies in the larger ball), so at each eps an attack runs only on the poin
 yet. "standard" (`gradkit.evaluate`'s AutoAttack-style cascade) runs last at each eps, only on the
 points that no attack has broken: the worst case over every attack run.
 
-Rows: `{"model", "attack", "eps", "accuracy", "n_points", "ci_low", "ci_high", "scope"}`, the accuracy
+Rows: `{"model", "attack", "norm", "eps", "accuracy", "n_points", "ci_low", "ci_high", "scope"}`, the accuracy
 `k / n_points` with its 95% Wilson score interval `[ci_low, ci_high]`, of three scopes:
 
 - "worst_case" (scope "worst_case"): of all test points, the fraction that no attack broke at that eps
@@ -20,12 +20,14 @@ Rows: `{"model", "attack", "eps", "accuracy", "n_points", "ci_low", "ci_high", "
   `n_points` points it ran on (those no attack broke at that eps or below), the strong evaluation's own
   figure on what the cheaper attacks left.
 
-Every attack but the minimum-norm ones ("fmn", "fab") goes through
-`gradkit.evaluate` (Linf, `clip_values=(0, 1)`), which judges success on the model's real decision
-(argmax, or the boosted model's weighted hard vote). "fmn" and "fab" run `gradkit.min_norm` once per
-model (at its first eps > 0) on every test point; the per-point minimal Linf norms (None: not broken)
-stay in the record (`record["min_norm"]["fmn"]`, samples.csv's `<model>_fmn_norm`; the same for
-"fab") and break each point at every eps >= its norm.
+Every attack runs at the study's norm (`config.norm`: "linf", "l2" or "l1"; eps is a radius in it).
+Every attack but the minimum-norm ones ("fmn", "fab", "ddn") goes through `gradkit.evaluate`
+(`clip_values=(0, 1)`; "standard" is AutoAttack's standard version for that norm), which judges
+success on the model's real decision (argmax, or the boosted model's weighted hard vote). "fmn", "fab"
+and "ddn" (L2 only) run `gradkit.min_norm` once per model (at its first eps > 0) on every test point;
+the per-point minimal norms (None: not broken) stay in the record (`record["min_norm"]["fmn"]`,
+samples.csv's `<model>_fmn_norm`; the same for "fab" and "ddn") and break each point at every eps >=
+its norm.
 
 References:
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
@@ -35,9 +37,10 @@ References:
 import numpy as np
 
 from gradkit.evaluation import evaluate, min_norm, wilson_interval
+from gradkit.study._norms import VALUES
 
 WORST = "worst_case"
-MIN_NORM = ("fmn", "fab")  # minimum-norm attacks: one run per model gives every eps
+MIN_NORM = ("fmn", "fab", "ddn")  # minimum-norm attacks: one run per model gives every eps
 SCOPES = {
     "worst_case": "all test points; broken by any attack at this eps or below",
     "cumulative": "all test points; broken by this attack at this eps or below",
@@ -74,6 +77,7 @@ def _run(model, data, rows, attack, eps, config, batch_size):
         data.x_test[rows],
         data.y_test[rows],
         eps=eps,
+        norm=VALUES[config.norm],
         clip_values=CLIP,
         batch_size=batch_size,  # one compiled shape for every subset: the last batch is padded
         seed=config.seed,
@@ -105,11 +109,12 @@ def _summary(name, attack, eps, n, result):
 
 
 def min_norms(model, data, record, config, batch_size, attack):
-    """The per-point minimal Linf norms of one run of the minimum-norm `attack` ("fmn" or "fab") on every
-    test point (None: not broken), computed once per model and kept in `record["min_norm"][attack]`."""
+    """The per-point minimal norms (in `config.norm`) of one run of the minimum-norm `attack` ("fmn", "fab"
+    or "ddn") on every test point (None: not broken), computed once per model and kept in
+    `record["min_norm"][attack]`."""
     kept_norms = record.setdefault("min_norm", {})
     if attack not in kept_norms:
-        result = min_norm(model, data.x_test, data.y_test, norm=np.inf, attacks=(attack,),
+        result = min_norm(model, data.x_test, data.y_test, norm=VALUES[config.norm], attacks=(attack,),
                           steps=config.apgd_steps, clip_values=CLIP, batch_size=batch_size)  # fmt: skip
         kept_norms[attack] = [None if np.isinf(v) else float(v) for v in result.norms]
     return kept_norms[attack]
@@ -157,9 +162,9 @@ def attack_at(model, name, data, eps, record, config, batch_size):
         if attack == "standard":
             standard = int(np.sum(result.robust)), len(todo)
     names = [WORST] + [a for a in config.attacks if a != "standard"]
-    rows = [row(name, a, eps, *kept(broken[a], eps)) for a in names]
+    rows = [row(name, a, eps, *kept(broken[a], eps), norm=config.norm) for a in names]
     if standard is not None:
-        rows.append(row(name, "standard", eps, *standard))
+        rows.append(row(name, "standard", eps, *standard, norm=config.norm))
     return rows, evaluations
 
 
@@ -168,18 +173,23 @@ def work(config, eps, n_members=1, n_classes=10):
     counts 1/3): what the progress bar weighs each (model, eps) step by. 0 at eps 0 (nothing runs);
     "standard" counts APGD-CE, APGD-T (`min(9, n_classes - 1)` targets; none below 4 classes), FAB-T
     (as many targets; none below 3) and Square, twice the gradient attacks on a boosted model (two
-    objectives); every member of an ensemble is one network to run. A minimum-norm attack runs once over
-    every eps (FAB untargeted attacks each point towards all `n_classes` classes at once)."""
+    objectives); every member of an ensemble is one network to run; at L1 "standard" is AutoAttack's L1
+    version (APGD-CE 5 restarts, APGD-T 5 targets). A minimum-norm attack runs once over every eps (FAB
+    untargeted attacks each point towards all `n_classes` classes at once)."""
     if eps == 0:
         return 0.0
+    l1 = config.norm == "l1"
     targets = config.apgd_steps * min(9, n_classes - 1)
-    apgd_t, fab_t = targets * (n_classes >= 4), targets * (n_classes >= 3)  # DLR needs 4; FAB-T 3
+    apgd_t = config.apgd_steps * min(5 if l1 else 9, n_classes - 1) * (n_classes >= 4)  # DLR needs 4
+    fab_t = targets * (n_classes >= 3)  # FAB-T needs 3
     runs = max(1, sum(e > 0 for e in config.epsilons))
-    costs = {"fgsm": 1, "pgd": config.pgd_steps, "apgd-ce": config.apgd_steps, "apgd-t": apgd_t,
-             "square": config.square_queries / 3, "fmn": config.apgd_steps / runs,
-             "fab": config.apgd_steps * n_classes / runs}  # fmt: skip
+    costs = {"fgsm": 1, "pgd": config.pgd_steps, "apgd-ce": config.apgd_steps,
+             "apgd-t": targets * (n_classes >= 4), "square": config.square_queries / 3,
+             "fmn": config.apgd_steps / runs, "fab": config.apgd_steps * n_classes / runs,
+             "ddn": config.apgd_steps / runs}  # fmt: skip
     objectives = 2 if n_members > 1 else 1
-    costs["standard"] = objectives * (costs["apgd-ce"] + apgd_t + fab_t) + costs["square"]
+    standard = (5 if l1 else 1) * config.apgd_steps + apgd_t + fab_t
+    costs["standard"] = objectives * standard + costs["square"]
     return float(n_members * sum(costs[a] for a in config.attacks))
 
 
@@ -188,9 +198,10 @@ def kept(broken, eps):
     return sum(b is None or b > eps for b in broken), len(broken)
 
 
-def row(model, attack, eps, k, n):
-    """One result row: accuracy `k / n` with its 95% Wilson interval, n and the scope (module docstring)."""
+def row(model, attack, eps, k, n, norm="linf"):
+    """One result row: accuracy `k / n` with its 95% Wilson interval, n, the norm of `eps` and the scope
+    (module docstring)."""
     low, high = wilson_interval(int(k), int(n))
     scope = WORST if attack == WORST else "remaining" if attack == "standard" else "cumulative"
-    return {"model": model, "attack": attack, "eps": eps, "accuracy": k / n, "n_points": n,
+    return {"model": model, "attack": attack, "norm": norm, "eps": eps, "accuracy": k / n, "n_points": n,
             "ci_low": low, "ci_high": high, "scope": scope}  # fmt: skip

@@ -14,14 +14,16 @@ import math
 import os
 
 from gradkit import _checks
+from gradkit.study import _norms
 from gradkit.study._datasets import check_name
 
 MODELS = ("single", "adv_single", "adaboost_m1", "adv_boost")
-ATTACKS = ("fgsm", "pgd", "apgd-ce", "apgd-t", "square", "standard", "fmn", "fab")
+ATTACKS = ("fgsm", "pgd", "apgd-ce", "apgd-t", "square", "standard", "fmn", "fab", "ddn")
 ADV_ATTACKS = ("pgd", "fgsm")
 ADV_MODES = ("augment", "fit")  # the "mode" of adv_boost's `adversarial` (see gradkit.AdaBoostM1)
 NETWORKS = ("cnn", "mlp")
-QUICK = {"epsilons": [0.0, 0.1, 0.3], "n_estimators": 2, "epochs": 3, "apgd_steps": 5, "square_queries": 100}
+QUICK = {"epsilons": list(_norms.QUICK_EPSILONS["linf"]), "n_estimators": 2, "epochs": 3, "apgd_steps": 5,
+         "square_queries": 100}  # fmt: skip
 QUICK_SUBSET = (2000, 1000)  # at most this many train / test samples with quick=True
 _MINIMUM = {
     "n_estimators": 1,
@@ -112,14 +114,18 @@ class StudyConfig:
         model: the network of every model: "cnn", "mlp", or "module:function" naming a function
             `fn(input_shape, n_classes)` that returns a compiled Keras classifier (see `build_model`).
             Defaults to "cnn".
-        epsilons: tuple of finite floats >= 0, Linf budgets in input units (inputs lie in [0, 1]),
-            sorted and deduplicated. Defaults to (0, 0.02, 0.05, 0.1, 0.2, 0.3).
+        norm: the threat model of every attack, "linf", "l2" or "l1" (also "inf", "2", "1"; see
+            `gradkit.study._norms`). Defaults to "linf".
+        epsilons: tuple of finite floats >= 0, budgets in `norm`, in input units (inputs lie in
+            [0, 1]), sorted and deduplicated. Defaults to None: the norm's list, Linf (0, 0.02, 0.05,
+            0.1, 0.2, 0.3), L2 (0, 0.1, 0.25, 0.5, 1, 2), L1 (0, 0.5, 1, 2, 4, 10) (sized for
+            8x8 digits and ending at MNIST's literature radius; `_norms` gives the sources).
         attacks: non-empty tuple from `ATTACKS`, duplicates dropped: "fgsm", "pgd" (`pgd_steps`),
             "apgd-ce", "apgd-t" (`apgd_steps`), "square" (`square_queries`) and "standard"
             (`gradkit.evaluate`: APGD-CE, APGD-T, FAB-T, Square; on boosted models each gradient attack
             with the objectives "loss_sum" and "vote_margin"), "fmn" and "fab" (`gradkit.min_norm` with
-            FMN or FAB, Linf, `apgd_steps` steps: one run per model gives every eps and each point's
-            minimal norm).
+            FMN or FAB in `norm`, `apgd_steps` steps: one run per model gives every eps and each point's
+            minimal norm), "ddn" (`gradkit.min_norm` with DDN; L2 only).
             Defaults to ("fgsm", "pgd", "standard").
         n_estimators: boosting rounds, int >= 1. Defaults to 5.
         epochs: epochs per member, int >= 1 (`single` trains `epochs * n_estimators`). Defaults to 4.
@@ -131,7 +137,8 @@ class StudyConfig:
         adv_attack: the attack of adversarial training (`adv_single`) and of adversarial boosting's
             rounds (`adv_boost`), "pgd" or "fgsm" (fast FGSM with a random start inside `fit`).
             Defaults to "pgd".
-        adv_eps: its eps, a finite float >= 0. Defaults to 0.1.
+        adv_eps: its eps, a finite float >= 0, in `norm` (Linf under "l1": gradkit's adversarial
+            training takes Linf and L2; see `_norms`). Defaults to None: Linf 0.1, L2 0.5, L1 0.1 (Linf).
         adv_steps: its steps ("pgd"; eps_step = 2.5 * adv_eps / adv_steps), int >= 1. Defaults to 5.
         adv_mode: how `adv_boost` trains its rounds: "augment" (examples made between rounds against
             the ensemble so far, training on clean + adversarial copies) or "fit" (each member
@@ -149,7 +156,8 @@ class StudyConfig:
     out: str = "runs/study"
     dataset: str = "digits"
     model: str = "cnn"
-    epsilons: tuple = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3)
+    norm: str = "linf"
+    epsilons: tuple | None = None  # None: the norm's `_norms.DEFAULT_EPSILONS`
     attacks: tuple = ("fgsm", "pgd", "standard")
     n_estimators: int = 5
     epochs: int = 4
@@ -159,35 +167,41 @@ class StudyConfig:
     apgd_steps: int = 10
     square_queries: int = 200
     adv_attack: str = "pgd"
-    adv_eps: float = 0.1
+    adv_eps: float | None = None  # None: the norm's `_norms.DEFAULT_ADV_EPS`
     adv_steps: int = 5
     adv_mode: str = "augment"
     quick: bool = False
     deterministic: bool = False
 
     def __post_init__(self):
+        norm = _checked(_norms.check_norm, self.norm)
+        epsilons = _norms.DEFAULT_EPSILONS[norm] if self.epsilons is None else self.epsilons
+        adv_eps = _norms.DEFAULT_ADV_EPS[norm] if self.adv_eps is None else self.adv_eps
         canonical = {
             "out": _path(self.out, "out"),
             "dataset": check_name(_path(self.dataset, "dataset")),
             "model": _checked(_network, self.model),
-            "epsilons": _nonnegative(self.epsilons, "epsilons"),
+            "norm": norm,
+            "epsilons": _nonnegative(epsilons, "epsilons"),
             "attacks": _attacks(self.attacks),
             **{
                 key: _checked(_checks.check_int, getattr(self, key), key, minimum=low)
                 for key, low in _MINIMUM.items()
             },
             "adv_attack": _checked(_checks.check_choice, self.adv_attack, "adv_attack", ADV_ATTACKS),
-            "adv_eps": _checked(_checks.check_eps, self.adv_eps, "adv_eps"),
+            "adv_eps": _checked(_checks.check_eps, adv_eps, "adv_eps"),
             "adv_mode": _checked(_checks.check_choice, self.adv_mode, "adv_mode", ADV_MODES),
             "quick": _checked(_checks.check_flag, self.quick, "quick"),
             "deterministic": _checked(_checks.check_flag, self.deterministic, "deterministic"),
         }
+        _checked(_norms.check_attacks, canonical["attacks"], norm)
         for key, value in canonical.items():
             object.__setattr__(self, key, value)
 
     @classmethod
     def from_options(cls, **options):
-        """The defaults, then `QUICK` if `quick`, then `options` (None means "the default").
+        """The defaults, then `QUICK` if `quick` (its epsilons those of the norm), then `options` (None
+        means "the default").
 
         Raises:
             ConfigError: an unknown option, or a value `StudyConfig` refuses.
@@ -197,7 +211,9 @@ class StudyConfig:
             raise ConfigError(f"Unknown study options {unknown}. Known: {sorted(DEFAULTS)}")
         quick = _checked(_checks.check_flag, options.get("quick") or False, "quick")
         given = {key: value for key, value in options.items() if value is not None}
-        return cls(**{**(QUICK if quick else {}), **given, "quick": quick})
+        norm = _checked(_norms.check_norm, given.get("norm", "linf"))
+        fast = {**QUICK, "epsilons": list(_norms.QUICK_EPSILONS[norm])} if quick else {}
+        return cls(**{**fast, **given, "quick": quick})
 
     def to_dict(self, *, out=True):
         """The configuration as a JSON-ready dict in field order (tuples as lists); without `out`
@@ -208,10 +224,7 @@ class StudyConfig:
         return {key: list(value) if isinstance(value, tuple) else value for key, value in items.items()}
 
 
-DEFAULTS = {
-    f.name: list(f.default) if isinstance(f.default, tuple) else f.default
-    for f in dataclasses.fields(StudyConfig)
-}
+DEFAULTS = StudyConfig().to_dict()  # at the default norm, Linf (epsilons and adv_eps depend on the norm)
 
 
 def make_config(**options):
@@ -219,8 +232,9 @@ def make_config(**options):
 
     Args:
         **options: any of `DEFAULTS`' keys (see `StudyConfig`); None means "the default". `quick`:
-            bool (2 members of 3 epochs, epsilons 0, 0.1, 0.3, 5 APGD steps, 100 Square queries, at
-            most 2,000/1,000 train/test samples; explicit options still win).
+            bool (2 members of 3 epochs, epsilons Linf 0, 0.1, 0.3 (L2 0, 0.5, 1; L1 0, 1, 2), 5 APGD
+            steps, 100 Square queries, at most 2,000/1,000 train/test samples; explicit options still
+            win).
 
     Returns:
         dict with every key of `DEFAULTS`, in that order; `epsilons` and `attacks` as lists.

@@ -2,11 +2,12 @@
 
     config.json     {"config", "backend", "data_sha256"}: a rerun resumes only if all three match
     results.json    the state `run_study` returns, rewritten after each model and each curve
-    results.csv     the result rows: model, attack, eps, accuracy, ci_low, ci_high (its 95% Wilson
+    results.csv     the result rows: model, attack, norm, eps, accuracy, ci_low, ci_high (its 95% Wilson
                     interval), n_points (its denominator), scope (worst_case, cumulative, remaining)
     samples.csv     one row per test sample: label, and per model clean correct, the smallest eps
-                    that broke it (empty: none did) and the attack that did; with "fmn" or
-                    "fab", the point's minimal Linf perturbation found (`<model>_fmn_norm`)
+                    that broke it (empty: none did) and the attack that did; with "fmn",
+                    "fab" or "ddn", the point's minimal perturbation found in the study's
+                    norm (`<model>_fmn_norm`)
 
 Every file is written atomically through `gradkit._io` (a temporary file, then `os.replace`).
 """
@@ -19,10 +20,11 @@ import numpy as np
 
 from gradkit import _io
 from gradkit.study._config import ConfigError
+from gradkit.study._norms import ADV_NORMS
 
-_CSV_FIELDS = ("model", "attack", "eps", "accuracy", "ci_low", "ci_high", "n_points", "scope")
+_CSV_FIELDS = ("model", "attack", "norm", "eps", "accuracy", "ci_low", "ci_high", "n_points", "scope")
 # options added later, with the value a study made before them had
-_ADDED = {"adv_mode": "augment", "deterministic": False}
+_ADDED = {"adv_mode": "augment", "deterministic": False, "norm": "linf"}
 
 
 def fingerprint(data):
@@ -81,6 +83,12 @@ def check_out(out, config, backend):
             "rerun with that KERAS_BACKEND to resume it, or use another --out."
         )
     old = {**_ADDED, **(meta.get("config") or {})}
+    if old["norm"] != config.get("norm", "linf"):
+        raise ConfigError(
+            f"{out!r} holds a study at norm {old['norm']!r} and this run asks for norm {config['norm']!r}: "
+            "its eps, results and minimal norms are radii in another norm and cannot be resumed. Rerun "
+            f"with --norm {old['norm']} to resume it, or use another --out."
+        )
     changed = [f"{k}: {old.get(k)!r} -> {config[k]!r}" for k in config if old.get(k) != config[k]]
     if changed:
         raise ConfigError(
@@ -97,7 +105,8 @@ def open_out(out, config, backend, data_sha256):
         data_sha256: the data's `fingerprint`.
 
     Returns:
-        dict with "config", "backend", "dataset", "n_train", "n_test", "n_classes", "models", "results",
+        dict with "config", "backend", "dataset", "norm", "adv_norm", "n_train", "n_test", "n_classes",
+        "models", "results",
         "evaluations", "warnings", "samples" and "grad_norm", the last six as results.json saved them
         (empty on first use).
 
@@ -121,6 +130,8 @@ def open_out(out, config, backend, data_sha256):
         "config": config,
         "backend": backend,
         "dataset": config["dataset"],
+        "norm": config["norm"],  # the norm of every eps and minimal norm
+        "adv_norm": ADV_NORMS[config["norm"]],  # the norm adversarial training ran at
         "n_train": 0,
         "n_test": 0,
         "n_classes": 0,
@@ -152,8 +163,8 @@ def write_csv(rows, out):
 def sample_rows(state, labels):
     """samples.csv's rows: index, label, then per model `<m>_clean` (0/1), `<m>_eps` (the smallest eps
     at which some attack broke the point, "" if none did) and `<m>_by` ("clean", the attack, or ""),
-    and `<m>_fmn_norm` (`<m>_fab_norm`) where FMN (FAB) ran (the point's minimal Linf perturbation found,
-    "" if none)."""
+    and `<m>_fmn_norm` (`<m>_fab_norm`, `<m>_ddn_norm`) where FMN (FAB, DDN) ran (the point's minimal
+    perturbation found, in the study's norm; "" if none)."""
     rows = [{"index": i, "label": int(y)} for i, y in enumerate(labels)]
     for name, record in state["samples"].items():
         worst = record["broken"]["worst_case"]

@@ -29,6 +29,7 @@ from gradkit.plotting import plot_robustness
 from gradkit.study import _attack, _compare, _outdir
 from gradkit.study._config import MODELS, StudyConfig
 from gradkit.study._models import load_model, model_path, save_model
+from gradkit.study._norms import LABELS
 from gradkit.study._prepare import prepare_data
 from gradkit.study._table import INTERVAL
 from gradkit.study._train import SINGLES, describe
@@ -49,7 +50,8 @@ def run_study(config, *, progress=True, log=None):
         log: None (default: silent) or a callable taking one str: told what a rerun reused.
 
     Returns:
-        The content of results.json: dict with "config", "backend", "dataset" (name), "n_train",
+        The content of results.json: dict with "config", "backend", "dataset" (name), "norm" (of every
+        eps: "linf", "l2" or "l1"), "adv_norm" (the norm adversarial training ran at), "n_train",
         "n_test", "models" ({name: {"clean_accuracy", "n_params", "train_seconds", "epochs", and for
         boosted models "members", "asked", "stop_reason", "estimator_weights"}}), "results"
         ([{"model", "attack", "eps", "accuracy", "n_points", "ci_low", "ci_high", "scope"}]: accuracy
@@ -200,6 +202,8 @@ def _write_outputs(state, out, labels):
     attacks = [a for a in state["config"]["attacks"] if a != "standard"]
     order = {key: i for i, key in enumerate((*MODELS, _attack.WORST, *attacks, "standard"))}
     state["results"].sort(key=lambda r: (order[r["model"]], order[r["attack"]], r["eps"]))
+    for r in state["results"]:  # rows of a study resumed from before --norm: Linf
+        r.setdefault("norm", state["config"]["norm"])
     for key in ("models", "grad_norm", "samples"):
         state[key] = {name: state[key][name] for name in MODELS}
     state["comparisons"] = _compare.comparisons(state["samples"], state["config"]["epsilons"])
@@ -207,11 +211,11 @@ def _write_outputs(state, out, labels):
     _outdir.write_state(state, out)
     _outdir.write_csv(state["results"], out)
     _outdir.write_samples(state, labels, out)
-    title = f"{state['dataset']}, Keras backend {state['backend']}"
+    title, norm = f"{state['dataset']}, Keras backend {state['backend']}", LABELS[state["config"]["norm"]]
     plot_robustness(
         [r for r in state["results"] if r.get("scope") != "remaining"],
-        os.path.join(out, "robustness.png"), title=f"Robustness - {title}",
-        xlabel="eps (Linf, input units; inputs in [0, 1])",
+        os.path.join(out, "robustness.png"), title=f"Robustness ({norm}) - {title}",
+        xlabel=f"eps ({norm} norm, input units; inputs in [0, 1])",
         caption=f"n = {state['n_test']} test points, Keras backend {state['backend']}; bands: {INTERVAL}; "
         f"{', '.join(attacks)}: cumulative (broken at this eps or below)",
     )  # fmt: skip

@@ -3,12 +3,13 @@
 import os
 
 from gradkit.study._config import MODELS
+from gradkit.study._norms import ADV_NORMS, LABELS, MIN_NORM_ATTACKS, adv_norm_note
 
 WORST = "worst_case"
 FILES = {
     "config.json": "the configuration, backend and data fingerprint (a rerun must match them)",
     "results.json": "models, result rows, per-attack figures, flags, per-sample results, grad norms",
-    "results.csv": "the result rows: model, attack, eps, accuracy, ci_low, ci_high, n_points, scope",
+    "results.csv": "the result rows: model, attack, norm, eps, accuracy, ci_low, ci_high, n_points, scope",
     "samples.csv": "per test sample: label; per model clean correct, smallest eps that broke it, by what",
     "robustness.png": "accuracy vs eps with 95% bands, the worst case drawn boldest",
     "grad_norm.png": "gradient norm per epoch during training, one panel per model (members labelled)",
@@ -95,12 +96,16 @@ def _attacks(config, n_classes=None):
     gradient = f"{', '.join(ran)} {steps} steps"
     if skipped:
         gradient += f" ({', '.join(skipped)} skipped: {n_classes} classes)"
+    if config.get("norm") == "l1":
+        gradient += " (AutoAttack's L1 version: apgd-ce 5 restarts, apgd-t 5 targets, eps widened first)"
     parts = []
     for attack in config["attacks"]:
         if attack == "pgd":
             parts.append(f"pgd {config['pgd_steps']} steps, eps_step 2.5 eps/steps, random start")
         elif attack in ("apgd-ce", "apgd-t"):
             parts.append(f"{attack} {config.get('apgd_steps')} steps")
+        elif attack in MIN_NORM_ATTACKS:
+            parts.append(f"{attack} {config.get('apgd_steps')} steps (minimum-norm, one run per model)")
         elif attack == "square":
             parts.append(f"square {config.get('square_queries')} queries")
         elif attack == "standard":
@@ -116,7 +121,7 @@ def _attacks(config, n_classes=None):
 def _adversarial(config):
     """The lines on how adv_single and adv_boost were trained."""
     attack = config.get("adv_attack", "fgsm")
-    adv = f"{attack} eps {config['adv_eps']:g}"
+    adv = f"{attack} {LABELS[ADV_NORMS[config.get('norm', 'linf')]]} eps {config['adv_eps']:g}"
     adv += f", {config['adv_steps']} steps" if attack == "pgd" else ""
     in_fit = f"{adv}{' (random start)' if attack == 'fgsm' else ''} examples made inside fit"
     if config.get("adv_mode", "augment") == "fit":
@@ -132,12 +137,14 @@ def _adversarial(config):
 def header(state):
     """The lines above the table: backend, data, model, epochs, members, eps units, attack settings."""
     config, models = state["config"], state["models"]
+    norm = config.get("norm", "linf")
     return [
         f"gradkit study - Keras backend: {state['backend']} - data: {state['dataset']} "
         f"({state['n_train']} train / {state['n_test']} test, model {config['model']})",
         "training: " + "; ".join(_epochs(n, models[n], config) for n in MODELS if n in models),
         *_adversarial(config),
-        "eps: Linf norm, in input units (inputs scaled to [0, 1])",
+        *[note for note in [adv_norm_note(norm)] if note],
+        f"eps: {LABELS[norm]} norm, in input units (inputs scaled to [0, 1])",
         _attacks(config, state.get("n_classes")),
         "clean accuracy: "
         + ", ".join(f"{n} {models[n]['clean_accuracy']:.3f}" for n in MODELS if n in models),

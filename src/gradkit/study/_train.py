@@ -6,12 +6,15 @@
   `adv_attack` inside each training step: PGD with `adv_steps` steps and eps_step 2.5 * adv_eps /
   adv_steps, or fast FGSM with a random start); saved without any trace of it;
 - `adaboost_m1`: `AdaBoostM1` with `n_estimators` rounds of `epochs` epochs;
-- `adv_boost`: the same with `adversarial={"attack": adv_attack, "eps": adv_eps, "steps": adv_steps,
-  "clip_values": (0, 1), "mode": adv_mode}` (PGD by default; in mode "augment" round 0 fits twice:
-  clean, then clean + adversarial; in mode "fit" each member trains as `adv_single` does).
+- `adv_boost`: the same with `adversarial={"attack": adv_attack, "eps": adv_eps, "norm": ...,
+  "steps": adv_steps, "clip_values": (0, 1), "mode": adv_mode}` (PGD by default; in mode "augment" round 0
+  fits twice: clean, then clean + adversarial; in mode "fit" each member trains as `adv_single` does).
 
 A boosted model may keep fewer members than asked (a perfect or worse-than-random round stops
 boosting): `describe` records members kept, asked, and why boosting stopped.
+
+Adversarial training runs at the study's norm, Linf under `--norm l1` (gradkit's adversarial training
+takes Linf and L2; see `gradkit.study._norms`).
 
 References:
     Freund & Schapire (1996), "Experiments with a new boosting algorithm", ICML,
@@ -32,6 +35,7 @@ from gradkit.attacks import default_eps_step
 from gradkit.boosting import AdaBoostM1
 from gradkit.monitor import GradientNormCallback
 from gradkit.study._models import build_model
+from gradkit.study._norms import ADV_NORMS
 from gradkit.training import adversarial_training, untrack_adversarial_training
 
 
@@ -54,8 +58,11 @@ SINGLES = ("single", "adv_single")  # one network each; the others are boosted
 
 
 def adversarial(config):
-    """The `adversarial` argument of `adv_boost`: the attack of its rounds (PGD or FGSM) and the mode."""
-    options = {"attack": config.adv_attack, "eps": config.adv_eps, "clip_values": (0.0, 1.0)}
+    """The `adversarial` argument of `adv_boost`: the attack of its rounds (PGD or FGSM), its norm (the
+    study's, Linf under "l1": `_norms.ADV_NORMS`; by name, "linf" or "l2", so that the saved boosted model
+    keeps it in its JSON) and the mode."""
+    norm = ADV_NORMS[config.norm]
+    options = {"attack": config.adv_attack, "eps": config.adv_eps, "norm": norm, "clip_values": (0.0, 1.0)}
     if config.adv_attack == "pgd":
         eps_step = default_eps_step(config.adv_eps, config.adv_steps)
         options.update(steps=config.adv_steps, eps_step=eps_step, seed=config.seed)
