@@ -19,11 +19,11 @@ TOP = [
 PACKAGES = {
     "gradkit.gradients": [
         "AttackGradient", "InputGradient", "LossSpec", "WeightGradient", "WeightedEnsemble", "as_ensemble",
-        "cached", "check_attack_loss", "check_labels", "check_model", "check_sample_weight",
-        "check_surrogate", "check_x",
+        "cached", "check_attack_loss", "check_classifier", "check_labels", "check_model",
+        "check_sample_weight", "check_surrogate", "check_x", "compiled_spec",
         "input_gradient", "labels_for_loss", "member_forward", "member_gradient_norms",
         "classes_from_outputs",
-        "n_outputs", "output_index", "outputs_are_logits", "predict_batched", "predict_classes",
+        "n_outputs", "output_index", "output_shape", "outputs_are_logits", "predict_batched", "predict_classes",
         "resolve_loss", "select_output", "training_kwargs",
         "weight_gradients", "weighted_vote",
     ],

@@ -156,8 +156,9 @@ def apgd_device(session, x0, labels, targets, *, steps, rng, rho, momentum=0.75,
     rising: the runs of `use_largereps` before the last, as in AutoAttack). The evaluated rows are
     added to `session.n_gradients`. With EOT (`session.objective.eot_iter` > 1) every row runs all
     `steps` and returns its iterate of highest expected loss, the mean over the draws (Athalye et al.
-    2018): a first success is one draw's, and an example on the boundary of one draw fools few others;
-    its success is then that iterate's own decision (one draw), never an earlier iterate's."""
+    2018): a first success is one draw's, and an example on the boundary of one draw fools few others.
+    A row returns that point where its own draw fooled the model, else its first successful iterate (as
+    AutoAttack's APGD with EOT), so a reported success is always the returned point's."""
     eps = session.eps if eps is None else eps
     norm, clip = session.norm, session.clip_values
     start = sphere_start(x0, eps, norm, np.random.default_rng(rng)) if x_init is None else x_init
@@ -181,10 +182,10 @@ def apgd_device(session, x0, labels, targets, *, steps, rng, rho, momentum=0.75,
             dict(constants, y=y, weights=weights, **constant),
             _schedule(steps, norm),
         )
-        final, success = state["best_x"], state["best_hit"]  # EOT: success is the returned point's
-        if not expectation:
-            final = ops.where(_rows(state["success"], state["adv"]), state["adv"], final)
-            success = state["success"]
+        success, final = state["success"], state["adv"]  # the first success, else the best point
+        if expectation:  # EOT: the best point where its own draw fooled the model, else the first success
+            final = ops.where(_rows(state["best_hit"], state["best_x"]), state["best_x"], final)
+        final = ops.where(_rows(success, final), final, state["best_x"])
         results.append(engine.to_host((final, success, state["best_x"]), stop - first))
         session.n_gradients += int(backend.to_numpy(state["n_evaluated"]))
     return tuple(np.concatenate(part) for part in zip(*results))

@@ -13,6 +13,7 @@ import torch
 from keras import tree
 
 from gradkit import _keras_internals
+from gradkit.backend import _torch_stats
 from gradkit.backend._common import (  # noqa: F401
     batch_multiple,
     build_optimizer,
@@ -24,9 +25,6 @@ from gradkit.backend._common import (  # noqa: F401
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
 from gradkit.backend._torch_misc import *  # noqa: F403 - compile_search, seed_state, uniform, determinism
 from gradkit.backend._torch_modules import stateless_call  # noqa: F401
-from gradkit.backend._torch_stats import Snapshot
-from gradkit.backend._torch_stats import halves as _halves
-from gradkit.backend._torch_stats import weight_stats as _weight_stats
 from gradkit.backend._torch_trace import Traced, compile_forward, flatten, signature  # noqa: F401
 from gradkit.errors import DisconnectedGradientError
 
@@ -180,7 +178,7 @@ def _on_host():  # where the in-step values are summed on the host (see `group_n
 
 def weight_stats(grads, before, after, columns, shapes, clip=None, half=None):
     """The per-weight statistics (`_torch_stats`): a float64 numpy table on the CPU, else a tensor."""
-    return _weight_stats(grads, before, after, columns, shapes, clip, host=_on_host(), half=half)
+    return _torch_stats.weight_stats(grads, before, after, columns, shapes, clip, host=_on_host(), half=half)
 
 
 def cond(predicate, true_fn, size):
@@ -209,7 +207,7 @@ def _loss_scale(optimizer, trainable_variables):
 
 def wrap_train_step(model, metric, norms_fn):
     """Make `model.train_step` record the norms of the gradients it applies into `metric`."""
-    step_cls, snapshot = type(model), Snapshot()
+    step_cls, snapshot = type(model), _torch_stats.Snapshot()
 
     def train_step(data):
         optimizer = model.optimizer
@@ -218,7 +216,8 @@ def wrap_train_step(model, metric, norms_fn):
         def capturing_apply(grads, trainable_variables=None):
             grads = list(grads)
             scale = _loss_scale(optimizer, trainable_variables)  # before the update changes it
-            extra = _halves(model, data, norms_fn, trainable_variables or model.trainable_variables, scale)
+            variables = trainable_variables or model.trainable_variables
+            extra = _torch_stats.halves(model, data, norms_fn, variables, scale)
             if getattr(norms_fn, "needs_weights", False):
                 return _apply_between_reads(apply, grads, trainable_variables, scale, extra)
             result = apply(grads, trainable_variables)

@@ -146,10 +146,8 @@ class AttackGradient:
         return steps[key]
 
     def search_function(self, name, propose, keep, draws, **static):
-        """`step_function` for a score-based attack: `backend.compile_search` on this objective, with
-        `propose(state, fixed, u) -> candidate` (`u`: `draws` uniform numbers per row) and `keep(state,
-        fixed, candidate, (values, logits))` the next state, around the forward pass at the candidate
-        (no gradient)."""
+        """`step_function` for a score-based attack (`backend.compile_search`): `propose(state, fixed, u)
+        -> candidate` (`u`: `draws` uniform numbers per row), a forward pass, `keep(...)` (the next state)."""
         key = ("search", name, tuple(sorted((k, repr(v)) for k, v in static.items())))
         steps = vars(self._fn).setdefault("steps", {})
         if key not in steps:
