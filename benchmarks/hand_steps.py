@@ -3,7 +3,8 @@
 One algorithm per attack, written once over a numpy-like namespace `xp` (`jax.numpy`,
 `tf.experimental.numpy`, `torch`) with the backend's own gradient, forward pass and random draws:
 
-- PGD (Linf): the gradient, a signed step, projection onto the eps-ball and the clip.
+- PGD (Linf): the gradient, a signed step of eps/2 (bench_device's PGD step), projection onto the
+  eps-ball and the clip.
 - APGD-CE (Linf): the gradient with per-row loss and logits, best point and first success records, a
   projected step of size eta per row, the momentum mix (0.75) and its projection (the checkpoint rule,
   a few reads in a whole run, is left out).
@@ -29,7 +30,7 @@ def _algorithms(xp, grad, forward, uniform, eps, side):
         return xp.clip(xp.clip(xa - x0, -eps, eps) + x0, 0.0, 1.0)
 
     def pgd(xa, x0, y):
-        return project(xa + eps / 4 * xp.sign(grad(xa, y)[2]), x0)
+        return project(xa + eps / 2 * xp.sign(grad(xa, y)[2]), x0)
 
     def apgd(state, x0, y):
         xa, x_prev, best_x, best_v, eta, adv, success = state
