@@ -3,7 +3,11 @@
 One algorithm per attack, written once over a numpy-like namespace `xp` (`jax.numpy`,
 `tf.experimental.numpy`, `torch`) with the backend's own gradient, forward pass and random draws:
 
-- PGD (Linf): the gradient, a signed step, projection onto the eps-ball and the clip.
+- PGD (Linf): the gradient, a signed step of eps/2 (bench_device's PGD step), projection onto the
+  eps-ball and the clip.
+- PGD with records (gradkit's default `keep="first_success"`): the same step, and at each iterate the
+  decision from the logits the gradient call returns, the first-success flag and the best point (the
+  first iterate that fooled the model, else the one of highest loss) with its loss.
 - APGD-CE (Linf): the gradient with per-row loss and logits, best point and first success records, a
   projected step of size eta per row, the momentum mix (0.75) and its projection (the checkpoint rule,
   a few reads in a whole run, is left out).
@@ -29,7 +33,18 @@ def _algorithms(xp, grad, forward, uniform, eps, side):
         return xp.clip(xp.clip(xa - x0, -eps, eps) + x0, 0.0, 1.0)
 
     def pgd(xa, x0, y):
-        return project(xa + eps / 4 * xp.sign(grad(xa, y)[2]), x0)
+        return project(xa + eps / 2 * xp.sign(grad(xa, y)[2]), x0)
+
+    def pgd_best(state, x0, y):
+        xa, best_x, best_v, success = state
+        v, z, g = grad(xa, y)
+        hit = xp.argmax(z, axis=1) != y
+        first = xp.logical_and(hit, xp.logical_not(success))
+        higher = xp.logical_and(xp.logical_not(xp.logical_or(success, hit)), v > best_v)
+        take = xp.logical_or(first, higher)
+        best_x = xp.where(take[:, None, None, None], xa, best_x)
+        moved = project(xa + eps / 2 * xp.sign(g), x0)
+        return moved, best_x, xp.where(take, v, best_v), xp.logical_or(success, hit)
 
     def apgd(state, x0, y):
         xa, x_prev, best_x, best_v, eta, adv, success = state
@@ -61,12 +76,13 @@ def _algorithms(xp, grad, forward, uniform, eps, side):
         best_v = xp.where(keep, margin, best_v)
         return best, best_v, xp.logical_and(active, xp.logical_not(hit)), key
 
-    return pgd, apgd, square
+    return pgd, pgd_best, apgd, square
 
 
-def _runs(compile_, sync, pgd, apgd, square, bare, x0, y, extra, key0, n):
+def _runs(compile_, sync, pgd, pgd_best, apgd, square, bare, x0, y, extra, key0, n):
     """`run(steps)` callables for the compiled steps, from the clean input; each waits for the device."""
-    steps = {"pgd": compile_(pgd), "apgd": compile_(apgd), "square": compile_(square), "bare": compile_(bare)}
+    fns = dict(pgd=pgd, pgd_best=pgd_best, apgd=apgd, square=square, bare=bare)
+    steps = {name: compile_(fn) for name, fn in fns.items()}
     zeros, false, inf = extra["zeros"], extra["false"], extra["neg_inf"]
 
     def loop(name, make, advance):
@@ -83,6 +99,7 @@ def _runs(compile_, sync, pgd, apgd, square, bare, x0, y, extra, key0, n):
 
     return {
         "pgd": loop("pgd", lambda: x0, lambda s: steps["pgd"](s, x0, y)),
+        "pgd_best": loop("pgd_best", lambda: (x0, x0, inf, false), lambda s: steps["pgd_best"](s, x0, y)),
         "apgd": loop(
             "apgd", lambda: (x0, x0, x0, inf, extra["eta"], x0, false), lambda s: steps["apgd"](s, x0, y)
         ),  # fmt: skip

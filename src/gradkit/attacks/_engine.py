@@ -14,6 +14,8 @@ The loop stays in Python, one compiled call per step: on CPU a PGD fused into on
 measured 7.5x slower than a Python loop of jitted steps (KERAS3_NOTES).
 """
 
+import math
+
 import numpy as np
 from keras import ops, tree
 
@@ -36,8 +38,20 @@ def rows_mask(mask, a):
 
 
 def select_rows(mask, new, old):
-    """Per sample: the rows of `new` where `mask`, else those of `old` (any structure of tensors)."""
-    return tree.map_structure(lambda a, b: ops.where(rows_mask(mask, a), a, b), new, old)
+    """Per sample: the rows of `new` where `mask`, else those of `old` (any structure of tensors).
+
+    Selected on `(n, features)` views with the mask as `(n, 1)`: TensorFlow's select broadcasting an
+    `(n, 1, 1, 1)` mask over an image batch took 13 ms at 1,024x32x32x3 on the CPU, on the 2-D views
+    2.5 ms (the same values; a reshape is free on every backend)."""
+
+    def select(a, b):
+        if len(a.shape) <= 2:
+            return ops.where(rows_mask(mask, a), a, b)
+        flat = (-1, math.prod(a.shape[1:]))
+        rows = ops.reshape(mask, (-1, 1))
+        return ops.reshape(ops.where(rows, ops.reshape(a, flat), ops.reshape(b, flat)), a.shape)
+
+    return tree.map_structure(select, new, old)
 
 
 def to_host(structure, rows):

@@ -118,8 +118,7 @@ def _pgd_update(step, norm, targeted, track, clip):
         bounds = (fixed["lo"], fixed["hi"]) if clip else None
 
         def move(x, x0, g):
-            moved = x + ops.cast(fixed["size"], x.dtype) * geometry.direction_tensor(g, norm)
-            return geometry.project_and_clip_tensor(moved, x0, fixed["eps"], norm, bounds)
+            return geometry.step_tensor(x, x0, g, fixed["size"], fixed["eps"], norm, bounds)
 
         new["x"] = tree.map_structure(move, state["x"], fixed["x0"], grad)
         return new

@@ -21,6 +21,10 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   state, fixed) -> state`: the gradient of `objective(trainable, non_trainable, state["x"], fixed["y"],
   fixed["weights"]) -> (loss, aux)` w.r.t. `state["x"]`, then `update(state, aux, grad, fixed)`; the
   state (a dict of tensors) stays on the device between steps (`gradkit.attacks`' engine).
+- `linf_step`: None, or (PyTorch) `linf_step(x, x0, g, size, eps, bounds)`: the Linf projected step
+  `clip(x0 + clip(x + size * sign(g) - x0, -eps, eps), lo, hi)` computed in the memory of the step's
+  own gradient `g` (an eager update allocates a full-size tensor per operation, which costs page faults
+  on a CPU; `_torch_steps.py`). Compiled steps (JAX, TensorFlow) fuse or plan their buffers: None.
 - `compile_search(objective, propose, keep, draws)`: a score-based attack's step compiled whole,
   forward passes only: `call(trainable, non_trainable, state, fixed) -> state` draws `u` (`draws`
   uniform numbers per row, with `state["seed"]`, which moves on), then `candidate = propose(state,
@@ -139,6 +143,7 @@ input_ascent = _impl.input_ascent
 stateless_call = _impl.stateless_call
 to_tensor = getattr(_impl, "to_tensor", keras.ops.convert_to_tensor)
 to_numpy = getattr(_impl, "to_numpy", keras.ops.convert_to_numpy)
+linf_step = getattr(_impl, "linf_step", None)
 
 __all__ = [
     "NAME",
@@ -166,6 +171,7 @@ __all__ = [
     "group_norms",
     "input_ascent",
     "is_out_of_memory",
+    "linf_step",
     "norm_means",
     "mesh_spans_processes",
     "out_of_memory_hint",

@@ -1,5 +1,5 @@
 """PyTorch backend: the adversarial-training inner attack, seeding and deterministic algorithms (the
-parts of `torch.py` that are not gradients or the in-step norms)."""
+parts of `torch.py` that are not gradients or the in-step norms), and the attack step done in place."""
 
 import os
 
@@ -9,8 +9,17 @@ from gradkit.backend._common import set_random_seed as _set_keras_seed
 from gradkit.backend._search import torch_search as compile_search
 from gradkit.backend._search import torch_seed_state as seed_state
 from gradkit.backend._search import torch_uniform as uniform
+from gradkit.backend._torch_steps import linf_step
 
-__all__ = ["compile_search", "enable_determinism", "input_ascent", "seed_state", "set_random_seed", "uniform"]
+__all__ = [
+    "compile_search",
+    "enable_determinism",
+    "input_ascent",
+    "linf_step",
+    "seed_state",
+    "set_random_seed",
+    "uniform",
+]
 
 
 def input_ascent(forward, loss_of, x, update, steps):
