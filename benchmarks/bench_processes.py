@@ -5,8 +5,8 @@ A wide version of the study's digits CNN (two 3x3 convolutions of 64 and 128 fil
 evaluated on all 450 test digits with the standard version (APGD-CE, APGD-T, FAB-T at `STEPS` steps,
 Square at `QUERIES` queries), Linf eps 0.1, batch 64 (8 blocks: 4 per process). The width makes the
 attack dominate the command on every backend (the study's own CNN at 20 steps did on PyTorch, not on
-JAX, whose start-up and compilation took most of a run): about 90% of a one-process run is attack time
-(`attack_seconds_in_one`). Each candidate is the whole command,
+JAX, whose start-up and compilation took most of a run); on JAX about 16 s of a 40-46 s run is still
+start-up and compilation (docs/scaling.md). Each candidate is the whole command,
 start-up included:
 
 - `one`: `python -m gradkit evaluate ...` (one process, the framework's default threads);
