@@ -88,8 +88,8 @@ def weight_stats(grads, before, after, columns, shapes, clip=None, host=True, ha
     """The `(n, len(columns))` table: float64 numpy on the host (`host`), else a float32 tensor.
 
     `before` is scratch: "update_sq" overwrites it (with the update). `shapes`: the weights' shapes (a
-    None gradient is a zero tensor of its weight's shape). `half`: None,
-    or `(full, g1, b1, b)` for the noise-scale columns (see `_weight_stats.py`; b1 < b, ints).
+    None gradient is a zero tensor of its weight's shape). `half`: None, or `(full, g1, b1, b)` for the
+    noise-scale columns (see `_weight_stats.py`; b1 < b, ints).
     """
     with torch.no_grad():
         device = next((g.device for g in grads if g is not None), None)

@@ -13,6 +13,7 @@ from gradkit.backend._common import (  # noqa: F401
     values_before_step,
 )
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
+from gradkit.backend._search import tf_fused as fused_update
 from gradkit.backend._search import tf_search as compile_search  # noqa: F401
 from gradkit.backend._search import tf_seed_state as seed_state  # noqa: F401
 from gradkit.backend._search import tf_uniform as uniform  # noqa: F401
@@ -68,18 +69,6 @@ def compile_grad(fn, wrt, per_output=False, has_aux=False):
 
     call.trace_count = 0
     return call
-
-
-def fused_update(fn):
-    """`fn` (pure `keras.ops` on tensors) as one XLA cluster, to be called inside a `tf.function`.
-
-    An attack's update is some twenty elementwise passes over the batch (select, step, projection,
-    clip, records); run op by op, each allocates and writes a new batch-sized tensor (a 1,024x32x32x3
-    APGD-CE step on a near-free model: 65 ms, 40x the forward+backward, 10x the same step written by
-    hand under XLA). XLA fuses them into a few loops over the batch (benchmarks/README.md). The
-    model's forward and backward stay outside the cluster, on TensorFlow's kernels.
-    """
-    return tf.function(fn, autograph=False, jit_compile=True)
 
 
 def compile_step(objective, update):
