@@ -103,12 +103,14 @@ def _breakpoints(aw, room, c, norm):
         inside = ops.logical_and(r > ops.expand_dims(lam, -1), r <= ops.expand_dims(new, -1))
         return ops.any(inside, axis=-1)
 
-    def body(lam, new):
-        lam = ops.where(crossed(lam, new), new, lam)
-        return lam, root(lam)
+    def body(lam, new, moved):  # `moved`: rows whose root passed a breakpoint (computed once a pass)
+        lam = ops.where(moved, new, lam)
+        new = root(lam)
+        return lam, new, crossed(lam, new)
 
     lam = ops.zeros_like(c)
-    _, lam = ops.while_loop(lambda lam, new: ops.any(crossed(lam, new)), body, (lam, root(lam)))
+    new = root(lam)
+    _, lam, _ = ops.while_loop(lambda lam, new, moved: ops.any(moved), body, (lam, new, crossed(lam, new)))
     lam = ops.expand_dims(lam, -1)
     step = lam if norm == np.inf else lam * aw
     return ops.minimum(step, room)
