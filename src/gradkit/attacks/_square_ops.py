@@ -58,15 +58,18 @@ def _first_change(draws, unchanged):
     return ops.any(ops.logical_and(draws, ops.expand_dims(pick, 2)), axis=0)
 
 
-def linf_proposal(best, ends, sides, u):
+def linf_proposal(best, ends, sides, u, empty=None):
     """A random window of each sample set to `x0 +- eps` (one sign per channel), from the uniform draws
     `u` `(n, draws(inf, c))`.
 
     `ends` are the two clipped corners `[x0 + eps, x0 - eps]` (`_square_proposals.linf_ends`), `sides`
     the window's `(sh, sw)`; signs are redrawn (up to `REDRAWS` draws) where they would not change the
-    window, as in the authors' loop."""
+    window, as in the authors' loop. `empty` (a bool scalar tensor, or None): where true, the window
+    is empty and the proposal is `best` itself."""
     n, h, w, c = best.shape
     mask, _, _ = window(u[:, 0], u[:, 1], sides[0], sides[1], h, w)
+    if empty is not None:
+        mask = ops.logical_and(mask, ops.logical_not(empty))
     m = _channels(mask)
     tolerance = 1e-7 * ops.cast(sides[0] * sides[1], "float32")
     unchanged = [ops.sum(ops.abs(end - best) * m, axis=(1, 2)) < tolerance for end in ends]  # (n, c)

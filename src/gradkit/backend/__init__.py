@@ -25,6 +25,9 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   `clip(x0 + clip(x + size * sign(g) - x0, -eps, eps), lo, hi)` computed in the memory of the step's
   own gradient `g` (an eager update allocates a full-size tensor per operation, which costs page faults
   on a CPU; `_torch_steps.py`). Compiled steps (JAX, TensorFlow) fuse or plan their buffers: None.
+- `apgd_linf_step`: None, or (PyTorch) `apgd_linf_step(x, x_prev, x0, g, eta, a, eps, bounds, active)`:
+  APGD's Linf proposal (the projected step, the momentum mix, its projection, the rows attacked) in
+  the gradient's memory and one more buffer: `(x_next, x_prev_next)`.
 - `compile_search(objective, propose, keep, draws)`: a score-based attack's step compiled whole,
   forward passes only: `call(trainable, non_trainable, state, fixed) -> state` draws `u` (`draws`
   uniform numbers per row, with `state["seed"]`, which moves on), then `candidate = propose(state,
@@ -144,6 +147,7 @@ stateless_call = _impl.stateless_call
 to_tensor = getattr(_impl, "to_tensor", keras.ops.convert_to_tensor)
 to_numpy = getattr(_impl, "to_numpy", keras.ops.convert_to_numpy)
 linf_step = getattr(_impl, "linf_step", None)
+apgd_linf_step = getattr(_impl, "apgd_linf_step", None)
 
 __all__ = [
     "NAME",
@@ -172,6 +176,7 @@ __all__ = [
     "input_ascent",
     "is_out_of_memory",
     "linf_step",
+    "apgd_linf_step",
     "norm_means",
     "mesh_spans_processes",
     "out_of_memory_hint",

@@ -1,4 +1,4 @@
-"""PyTorch backend: an attack's Linf step computed in the memory of its own gradient.
+"""PyTorch backend: an attack's Linf steps computed in the memory of their own gradient.
 
 On PyTorch the compiled attack step runs its update eagerly (`compile_step`), one full-size tensor per
 operation. On the CPU a fresh large tensor comes from the C allocator, which hands the pages of freed
@@ -7,10 +7,33 @@ such tensors and took 3 to 8 page faults per kilobyte in some runs and none in o
 costs 2 to 3 ms of faults on a 2-core VM, about the whole forward and backward pass of a small model).
 The step's gradient is a tensor of the iterate's shape that nothing else holds, so the move, the
 projection and the clip are done in it: the same operations in the same order, hence the same values,
-and one allocation per step (the gradient itself) instead of eight.
+and one allocation per step (the gradient itself) instead of eight. APGD's step (`apgd_linf_step`: the
+move, the momentum mix, two projections and the selection of the rows attacked) needs one more buffer
+instead of some twenty.
 """
 
 import torch
+
+
+def _own(g, *others):
+    """`g`, or a contiguous copy where it is not laid out contiguously (such as the expanded gradient of a
+    sum) or shares memory with one of `others`."""
+    if not g.is_contiguous() or g.data_ptr() in [t.data_ptr() for t in others]:
+        return g.clone(memory_format=torch.contiguous_format)
+    return g
+
+
+def _project(t, x0, eps, bounds):
+    """`t <- clip(x0 + clip(t - x0, -eps, eps), lo, hi)` in place (`eps`, `bounds` of `t`'s dtype)."""
+    t.sub_(x0)
+    torch.minimum(torch.maximum(t, -eps, out=t), eps, out=t).add_(x0)
+    if bounds is not None:
+        torch.minimum(torch.maximum(t, bounds[0], out=t), bounds[1], out=t)
+    return t
+
+
+def _cast_bounds(bounds, dtype):
+    return None if bounds is None else (bounds[0].to(dtype), bounds[1].to(dtype))
 
 
 def linf_step(x, x0, g, size, eps, bounds):
@@ -28,11 +51,39 @@ def linf_step(x, x0, g, size, eps, bounds):
         `g`, holding the next iterate: equal to `geometry.project_and_clip_tensor(x + size *
         sign(g), x0, eps, inf, bounds)` (the same PyTorch kernels, whose operands commute).
     """
-    if not g.is_contiguous() or g.data_ptr() in (x.data_ptr(), x0.data_ptr()):
-        g = g.clone(memory_format=torch.contiguous_format)
-    eps = eps.to(g.dtype)
-    g.sign_().mul_(size.to(g.dtype)).add_(x).sub_(x0)
-    torch.minimum(torch.maximum(g, -eps, out=g), eps, out=g).add_(x0)
-    if bounds is not None:
-        torch.minimum(torch.maximum(g, bounds[0].to(g.dtype), out=g), bounds[1].to(g.dtype), out=g)
-    return g
+    g = _own(g, x, x0)
+    g.sign_().mul_(size.to(g.dtype)).add_(x)
+    return _project(g, x0, eps.to(g.dtype), _cast_bounds(bounds, g.dtype))
+
+
+def apgd_linf_step(x, x_prev, x0, g, eta, a, eps, bounds, active):
+    """APGD's Linf proposal (Croce & Hein 2020, Algorithm 1) on the rows `active`, in `g`'s memory.
+
+    `z = P(x + eta * sign(g))`, then `P(x + a * (z - x) + (1 - a) * (x - x_prev))`, `P` the projection
+    onto the eps-ball around `x0` and the clip; rows not `active` keep `x` and `x_prev`.
+
+    Args:
+        x, x_prev, x0: the iterate, the previous iterate and the clean input `(n, ...)` (read only).
+        g: the gradient (direction) `(n, ...)`, overwritten (copied first as in `linf_step`).
+        eta: float32 `(n,)`, the step size per row.
+        a: 0-d tensor, the weight of the new point (1 at the first step, else the momentum).
+        eps: 0-d tensor, the radius; bounds: None or `(lo, hi)` 0-d tensors, the valid range.
+        active: bool `(n,)`, the rows that move.
+
+    Returns:
+        `(x_next, x_prev_next)`: `x_next` in `g`'s memory, `x_prev_next` in one new tensor; the values
+        of `_apgd_device._propose`'s `keras.ops` (the same kernels, whose operands commute).
+    """
+    g = _own(g, x, x_prev, x0)
+    n, dtype = g.shape[0], g.dtype
+    eps, bounds, a = eps.to(dtype), _cast_bounds(bounds, dtype), a.to(dtype)
+    g.sign_().view(n, -1).mul_(eta.to(dtype).view(n, 1))
+    _project(g.add_(x), x0, eps, bounds)  # z
+    g.sub_(x).mul_(a).add_(x)  # x + a * (z - x)
+    scratch = torch.sub(x, x_prev, out=torch.empty_like(g)).mul_(1 - a)
+    _project(g.add_(scratch), x0, eps, bounds)
+    rows = active.view(n, 1)
+    flat = (n, -1)
+    torch.where(rows, x.reshape(flat), x_prev.reshape(flat), out=scratch.view(flat))
+    torch.where(rows, g.view(flat), x.reshape(flat), out=g.view(flat))
+    return g, scratch
