@@ -16,6 +16,7 @@ References:
 
 from keras import ops
 
+from gradkit import backend
 from gradkit.attacks import _geometry as geometry
 
 REDRAWS = 8  # Linf: sign redraws when a proposal leaves the window unchanged (as `_square_proposals`)
@@ -72,10 +73,15 @@ def linf_proposal(best, ends, sides, u, empty=None):
         mask = ops.logical_and(mask, ops.logical_not(empty))
     m = _channels(mask)
     tolerance = 1e-7 * ops.cast(sides[0] * sides[1], "float32")
-    unchanged = [ops.sum(ops.abs(end - best) * m, axis=(1, 2)) < tolerance for end in ends]  # (n, c)
     draws = ops.transpose(ops.reshape(u[:, 2:], (n, REDRAWS, c)), (1, 0, 2)) < 0.5
-    plus = ops.expand_dims(ops.expand_dims(_first_change(draws, unchanged), 1), 1)
-    return ops.where(m > 0, ops.where(plus, ends[0], ends[1]), best)
+
+    def signs(unchanged):  # (n, 1, 1, c): the channels that take the + corner
+        return ops.expand_dims(ops.expand_dims(_first_change(draws, unchanged), 1), 1)
+
+    if backend.linf_window is not None:  # PyTorch: in one buffer
+        return backend.linf_window(best, ends, m, tolerance, signs)
+    unchanged = [ops.sum(ops.abs(end - best) * m, axis=(1, 2)) < tolerance for end in ends]  # (n, c)
+    return ops.where(m > 0, ops.where(signs(unchanged), ends[0], ends[1]), best)
 
 
 def _pattern(patterns, stage, orient, rows, cols):

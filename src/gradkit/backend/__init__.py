@@ -28,6 +28,8 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
 - `apgd_linf_step`: None, or (PyTorch) `apgd_linf_step(x, x_prev, x0, g, eta, a, eps, bounds, active)`:
   APGD's Linf proposal (the projected step, the momentum mix, its projection, the rows attacked) in
   the gradient's memory and one more buffer: `(x_next, x_prev_next)`.
+- `linf_window`: None, or (PyTorch) `linf_window(best, ends, m, tolerance, signs)`: the Square Attack's
+  Linf candidate (the window's sums, the corners it takes) in one new tensor instead of eight.
 - `compile_search(objective, propose, keep, draws)`: a score-based attack's step compiled whole,
   forward passes only: `call(trainable, non_trainable, state, fixed) -> state` draws `u` (`draws`
   uniform numbers per row, with `state["seed"]`, which moves on), then `candidate = propose(state,
@@ -148,6 +150,7 @@ to_tensor = getattr(_impl, "to_tensor", keras.ops.convert_to_tensor)
 to_numpy = getattr(_impl, "to_numpy", keras.ops.convert_to_numpy)
 linf_step = getattr(_impl, "linf_step", None)
 apgd_linf_step = getattr(_impl, "apgd_linf_step", None)
+linf_window = getattr(_impl, "linf_window", None)
 
 __all__ = [
     "NAME",
@@ -177,6 +180,7 @@ __all__ = [
     "is_out_of_memory",
     "linf_step",
     "apgd_linf_step",
+    "linf_window",
     "norm_means",
     "mesh_spans_processes",
     "out_of_memory_hint",

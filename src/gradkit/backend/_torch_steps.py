@@ -87,3 +87,28 @@ def apgd_linf_step(x, x_prev, x0, g, eta, a, eps, bounds, active):
     torch.where(rows, x.reshape(flat), x_prev.reshape(flat), out=scratch.view(flat))
     torch.where(rows, g.view(flat), x.reshape(flat), out=g.view(flat))
     return g, scratch
+
+
+def linf_window(best, ends, m, tolerance, signs):
+    """The Square Attack's Linf candidate (`_square_ops.linf_proposal`) in one new tensor.
+
+    Args:
+        best: the current points `(n, h, w, c)` (read only); ends: the two clipped corners `[x0 + eps,
+            x0 - eps]` of its shape.
+        m: float32 `(n, h, w, 1)`, 1 in each sample's window.
+        tolerance: 0-d tensor: a window "already holds" a corner in a channel where the sum of
+            `|corner - best|` over the window is below it.
+        signs: `signs(unchanged) -> plus`: from whether each corner leaves the window as it is
+            (`[(n, c) bool] * 2`), the channels that take the `+` corner, bool `(n, 1, 1, c)`.
+
+    Returns:
+        `where(m > 0, where(plus, ends[0], ends[1]), best)`: the values of the `keras.ops` path (the
+        same kernels), computed in one buffer instead of eight.
+    """
+    d = torch.empty_like(best, memory_format=torch.contiguous_format)
+    unchanged = []
+    for end in ends:
+        torch.sub(end, best, out=d).abs_().mul_(m)
+        unchanged.append(torch.sum(d, dim=(1, 2)) < tolerance)
+    torch.where(signs(unchanged), ends[0], ends[1], out=d)
+    return torch.where(m > 0, d, best, out=d)
