@@ -28,8 +28,9 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
 - `apgd_linf_step`: None, or (PyTorch) `apgd_linf_step(x, x_prev, x0, g, eta, a, eps, bounds, active)`:
   APGD's Linf proposal (the projected step, the momentum mix, its projection, the rows attacked) in
   the gradient's memory and one more buffer: `(x_next, x_prev_next)`.
-- `linf_window`: None, or (PyTorch) `linf_window(best, ends, m, tolerance, signs)`: the Square Attack's
-  Linf candidate (the window's sums, the corners it takes) in one new tensor instead of eight.
+- `linf_window`: None, or (PyTorch) `linf_window(best, ends, in_rows, in_cols, tolerance, signs)`: the
+  Square Attack's Linf candidate (the window's sums, the corners it takes) in one new tensor instead
+  of eight, on `(n, h, w * c)` views (no inner loop over the channels).
 - `compile_search(objective, propose, keep, draws)`: a score-based attack's step compiled whole,
   forward passes only: `call(trainable, non_trainable, state, fixed) -> state` draws `u` (`draws`
   uniform numbers per row, with `state["seed"]`, which moves on), then `candidate = propose(state,

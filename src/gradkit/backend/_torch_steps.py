@@ -89,26 +89,39 @@ def apgd_linf_step(x, x_prev, x0, g, eta, a, eps, bounds, active):
     return g, scratch
 
 
-def linf_window(best, ends, m, tolerance, signs):
+def linf_window(best, ends, in_rows, in_cols, tolerance, signs):
     """The Square Attack's Linf candidate (`_square_ops.linf_proposal`) in one new tensor.
+
+    The window is the product of its rows and its columns; broadcast as `(n, h, 1, 1)` and `(n, 1, w, 1)`
+    masks over a channels-last image, PyTorch's elementwise kernels run an inner loop of `c` (3)
+    elements (a select took 11 ms at 1,024x32x32x3 on the CPU, one without broadcasting 4.5 ms), so the
+    image is seen as `(n, h, w * c)` and the masks as `(n, h, 1)` and `(n, 1, w * c)`.
 
     Args:
         best: the current points `(n, h, w, c)` (read only); ends: the two clipped corners `[x0 + eps,
             x0 - eps]` of its shape.
-        m: float32 `(n, h, w, 1)`, 1 in each sample's window.
+        in_rows, in_cols: bool `(n, h)` and `(n, w)`: the rows and the columns of each sample's window.
         tolerance: 0-d tensor: a window "already holds" a corner in a channel where the sum of
             `|corner - best|` over the window is below it.
         signs: `signs(unchanged) -> plus`: from whether each corner leaves the window as it is
-            (`[(n, c) bool] * 2`), the channels that take the `+` corner, bool `(n, 1, 1, c)`.
+            (`[(n, c) bool] * 2`), the channels that take the `+` corner, bool `(n, c)`.
 
     Returns:
-        `where(m > 0, where(plus, ends[0], ends[1]), best)`: the values of the `keras.ops` path (the
-        same kernels), computed in one buffer instead of eight.
+        `where(window, where(plus, ends[0], ends[1]), best)`, the values of the `keras.ops` path
+        (the same sums: `|corner - best|` times the 0/1 mask, summed over the image's axes 1 and 2).
     """
+    n, h, w, c = best.shape
     d = torch.empty_like(best, memory_format=torch.contiguous_format)
+    flat = d.view(n, h, w * c)
+    rows = in_rows.view(n, h, 1)
+    cols = in_cols.view(n, w, 1).expand(n, w, c).reshape(n, 1, w * c)
+    rows_f, cols_f = rows.to(d.dtype), cols.to(d.dtype)
     unchanged = []
     for end in ends:
-        torch.sub(end, best, out=d).abs_().mul_(m)
+        torch.sub(end, best, out=d).abs_()
+        flat.mul_(rows_f).mul_(cols_f)
         unchanged.append(torch.sum(d, dim=(1, 2)) < tolerance)
-    torch.where(signs(unchanged), ends[0], ends[1], out=d)
-    return torch.where(m > 0, d, best, out=d)
+    plus = signs(unchanged).view(n, 1, c).expand(n, w, c).reshape(n, 1, w * c)
+    torch.where(plus, ends[0].reshape(n, h, w * c), ends[1].reshape(n, h, w * c), out=flat)
+    torch.where(rows & cols, flat, best.reshape(n, h, w * c), out=flat)
+    return d
