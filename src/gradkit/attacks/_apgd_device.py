@@ -28,15 +28,18 @@ def _rows(mask, a):
     return engine.rows_mask(mask, a)
 
 
+_select = engine.select_rows  # full-size selections on `(n, features)` views
+
+
 def _record(state, values, hit, grad, active):
     """First successes and best points of the rows `active` evaluated at `state["x"]`."""
     new = dict(state)
     first = ops.logical_and(ops.logical_and(hit, ops.logical_not(state["success"])), active)
-    new["adv"] = ops.where(_rows(first, state["x"]), state["x"], state["adv"])
+    new["adv"] = _select(first, state["x"], state["adv"])
     new["success"] = ops.logical_or(state["success"], first)
     better = ops.logical_and(values > state["best_values"], active)
-    new["best_x"] = ops.where(_rows(better, state["x"]), state["x"], state["best_x"])
-    new["best_grad"] = ops.where(_rows(better, grad), grad, state["best_grad"])
+    new["best_x"] = _select(better, state["x"], state["best_x"])
+    new["best_grad"] = _select(better, grad, state["best_grad"])
     new["best_values"] = ops.where(better, values, state["best_values"])
     new["best_hit"] = ops.where(better, hit, state["best_hit"])  # the best point's own decision (EOT)
     return new
@@ -52,8 +55,8 @@ def _checkpoint(state, fixed, active):
     halve = ops.logical_and(mark, ops.logical_or(cond1, cond2))
     new = dict(state)
     new["eta"] = ops.where(halve, state["eta"] / 2.0, state["eta"])
-    new["x"] = ops.where(_rows(halve, state["x"]), state["best_x"], state["x"])
-    new["grad"] = ops.where(_rows(halve, state["grad"]), state["best_grad"], state["grad"])
+    new["x"] = _select(halve, state["best_x"], state["x"])
+    new["grad"] = _select(halve, state["best_grad"], state["grad"])
     new["reduced"] = ops.where(mark, ops.logical_or(cond1, cond2), state["reduced"])
     new["best_at_check"] = ops.where(mark, state["best_values"], state["best_at_check"])
     new["n_increases"] = ops.where(mark, ops.zeros_like(state["n_increases"]), state["n_increases"])
@@ -64,21 +67,28 @@ def _checkpoint(state, fixed, active):
 def _propose(state, fixed, norm, bounds, active):
     """`x_{k+1}` on the rows `active`: a projected step of size eta along dir(g), the momentum mix."""
     x, x0 = state["x"], fixed["x0"]
+    a = ops.cast(ops.where(state["k"] == 0, 1.0, fixed["momentum"]), x.dtype)
+    new = dict(state)
+    if norm == np.inf and backend.apgd_linf_step is not None:  # PyTorch: in the gradient's memory
+        new["x"], new["x_prev"] = backend.apgd_linf_step(x, state["x_prev"], x0, state["grad"], state["eta"],
+                                                         a, fixed["eps"], bounds, active)  # fmt: skip
+        return new
     eta = ops.cast(_rows(state["eta"], x), x.dtype)
     z = geometry.project_and_clip_tensor(x + eta * geometry.direction_tensor(state["grad"], norm), x0,
                                          fixed["eps"], norm, bounds)  # fmt: skip
-    a = ops.cast(ops.where(state["k"] == 0, 1.0, fixed["momentum"]), x.dtype)
     mixed = x + a * (z - x) + (1 - a) * (x - state["x_prev"])
     moved = geometry.project_and_clip_tensor(mixed, x0, fixed["eps"], norm, bounds)
-    new = dict(state)
-    new["x_prev"] = ops.where(_rows(active, x), x, state["x_prev"])
-    new["x"] = ops.where(_rows(active, x), moved, x)
+    new["x_prev"] = _select(active, x, state["x_prev"])
+    new["x"] = _select(active, moved, x)
     return new
 
 
-def _update(objective, norm, clip, expectation=False):
+def _update(objective, norm, clip, expectation=False, checkpoint=True):
     """The step's update; with `expectation` (EOT) a row goes on after its first success, towards the
-    highest expected loss (each draw's success is one draw's, the example must fool the others too)."""
+    highest expected loss (each draw's success is one draw's, the example must fool the others too).
+    `checkpoint=False` leaves the checkpoint rule out (a step that is no checkpoint: the rule is then
+    the identity). The gradient goes into the state for the rule and the proposal only: a row that
+    moves has this step's (or, halved, its best point's), one that does not never uses it again."""
 
     def update(state, aux, grad, fixed):
         values, logits = aux
@@ -90,11 +100,12 @@ def _update(objective, norm, clip, expectation=False):
         increased = ops.logical_and(ops.logical_and(values > state["values"], active), ops.logical_not(start))
         state["n_increases"] = state["n_increases"] + ops.cast(increased, "int32")
         state["values"] = ops.where(active, values, state["values"])
-        state["grad"] = ops.where(_rows(active, grad), grad, state["grad"])
+        state["grad"] = grad
         state["best_at_check"] = ops.where(start, state["best_values"], state["best_at_check"])
         state["n_evaluated"] = state["n_evaluated"] + ops.sum(ops.cast(active, "int32"))
         state["k"] = state["k"] + 1
-        state = (l1.checkpoint if norm == 1 else _checkpoint)(state, fixed, active)
+        if checkpoint:
+            state = (l1.checkpoint if norm == 1 else _checkpoint)(state, fixed, active)
         done = ops.logical_and(state["success"], fixed["freeze"] > 0)  # freeze=0: no early stop
         still = active if expectation else ops.logical_and(active, ops.logical_not(done))
         bounds = (fixed["lo"], fixed["hi"]) if clip else None
@@ -104,6 +115,7 @@ def _update(objective, norm, clip, expectation=False):
             else _propose(state, fixed, norm, bounds, still)
         )
         state["active"] = still
+        del state["grad"]
         return state
 
     return update
@@ -137,7 +149,7 @@ def _init(objective, x_start, x0, n, eps, norm, given):
     def init(start, stop, pad):
         x = objective.batch_rows(x_start, start, stop, pad)
         state = {key: objective.batch_rows(a, start, stop, pad) for key, a in per_row.items()}
-        state.update(x=x, x_prev=x, adv=x, best_x=x, grad=state["best_grad"])
+        state.update(x=x, x_prev=x, adv=x, best_x=x)
         counters = dict(k=-1, last_mark=0, n_evaluated=0)
         state.update({key: engine.scalar_int(v) for key, v in counters.items()})
         state["mark"] = backend.to_tensor(np.asarray(False))
@@ -165,8 +177,12 @@ def apgd_device(session, x0, labels, targets, *, steps, rng, rho, momentum=0.75,
     start = geometry.project_and_clip(np.asarray(start, np.float32), x0, eps, norm, clip)
     objective = session.objective
     expectation = objective.eot_iter > 1
-    step = objective.step_function("apgd", _update(objective, norm, clip is not None, expectation), norm=norm,
-                                   clip=clip is not None, expectation=expectation)  # fmt: skip
+    static = dict(norm=norm, clip=clip is not None, expectation=expectation)
+    step = objective.step_function("apgd", _update(objective, **static), **static)
+    plain = step  # a step that is no checkpoint; eager backends (nothing to compile) leave the rule out
+    if backend.EAGER:
+        plain = objective.step_function("apgd", _update(objective, **static, checkpoint=False), **static,
+                                        checkpoint=False)  # fmt: skip
     lo, hi = clip or (0.0, 0.0)
     fixed_scalars = dict(eps=eps, lo=lo, hi=hi, rho=rho, momentum=momentum, freeze=float(freeze))
     constants = {k: engine.scalar(v) for k, v in fixed_scalars.items()}
@@ -176,7 +192,7 @@ def apgd_device(session, x0, labels, targets, *, steps, rng, rho, momentum=0.75,
     for first, stop, pad, y, weights in parts:
         state, constant = init(first, stop, pad)
         state = _advance(
-            step,
+            (plain, step),
             (trainables, non_trainables),
             state,
             dict(constants, y=y, weights=weights, **constant),
@@ -191,15 +207,15 @@ def apgd_device(session, x0, labels, targets, *, steps, rng, rho, momentum=0.75,
     return tuple(np.concatenate(part) for part in zip(*results))
 
 
-def _advance(step, variables, state, fixed, schedule):
+def _advance(steps, variables, state, fixed, schedule):
     """The steps of one batch along `schedule` (`_schedule`), stopping at a checkpoint where no row of
-    the batch is still attacked."""
+    the batch is still attacked; `steps` are `(plain step, checkpoint step)`."""
     on, off = backend.to_tensor(np.asarray(True)), backend.to_tensor(np.asarray(False))
     for plain, marked in schedule:
-        state = engine.advance(step, variables, state, fixed, plain)
+        state = engine.advance(steps[0], variables, state, fixed, plain)
         if marked:
             state["mark"] = on
-            state = engine.advance(step, variables, state, fixed, 1)
+            state = engine.advance(steps[1], variables, state, fixed, 1)
             state["mark"] = off
             if not bool(backend.to_numpy(ops.any(state["active"]))):
                 break

@@ -46,15 +46,18 @@ def schedule(p_init, n_queries, h, w, norm):
 
 
 def _propose(state, fixed, u, image, norm, clip):
-    """A candidate `(n, *image)` for every row from the uniform draws `u`."""
+    """A candidate `(n, *image)` for every row from the uniform draws `u`; at the first step (`i < 0`)
+    the start itself (Linf: an empty window, no pass over the batch of its own)."""
+    first = state["i"] < 0
     stage = ops.sum(ops.cast(state["i"] >= fixed["starts"], "int32"))
     sides = ops.take(fixed["sides"], stage, axis=0)
     best = ops.reshape(state["x"], (-1,) + image)
     if norm == np.inf:
-        return linf_proposal(best, (fixed["plus"], fixed["minus"]), sides, u)
+        return linf_proposal(best, (fixed["plus"], fixed["minus"]), sides, u, empty=first)
     bounds = (fixed["lo"], fixed["hi"]) if clip else None
     proposal = l1_proposal if norm == 1 else l2_proposal
-    return proposal(best, fixed["x0"], fixed["eps"], fixed["patterns"], stage, sides, u, bounds)
+    cand = proposal(best, fixed["x0"], fixed["eps"], fixed["patterns"], stage, sides, u, bounds)
+    return ops.where(first, best, cand)
 
 
 def _step(objective, image, *, norm, targeted, clip):
@@ -63,9 +66,7 @@ def _step(objective, image, *, norm, targeted, clip):
     logits))` the next state."""
 
     def propose(state, fixed, u):
-        x = state["x"]
-        cand = _propose(state, fixed, u, image, norm, clip)
-        return ops.where(state["i"] < 0, x, ops.reshape(cand, x.shape))  # first: the start itself
+        return ops.reshape(_propose(state, fixed, u, image, norm, clip), state["x"].shape)
 
     def keep(state, fixed, cand, aux):
         x = state["x"]
@@ -76,7 +77,7 @@ def _step(objective, image, *, norm, targeted, clip):
         active = ops.logical_and(state["active"], fixed["weights"]["rows"] > 0)
         better = ops.logical_and(active, ops.logical_or(values > state["values"], hit))
         new = dict(state, i=state["i"] + 1)
-        new["x"] = ops.where(engine.rows_mask(better, x), cand, x)
+        new["x"] = engine.select_rows(better, cand, x)
         new["values"] = ops.where(better, values, state["values"])
         new["success"] = ops.logical_or(state["success"], ops.logical_and(active, hit))
         new["used"] = state["used"] + ops.cast(active, "int32")

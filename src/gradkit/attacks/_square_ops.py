@@ -16,6 +16,7 @@ References:
 
 from keras import ops
 
+from gradkit import backend
 from gradkit.attacks import _geometry as geometry
 
 REDRAWS = 8  # Linf: sign redraws when a proposal leaves the window unchanged (as `_square_proposals`)
@@ -27,18 +28,22 @@ def draws(norm, channels):
     return 2 + REDRAWS * channels if norm == float("inf") else 5 + channels
 
 
-def window(u_top, u_left, sh, sw, h, w):
-    """Per-sample windows of side `(sh, sw)` (int32 scalar tensors) at uniform corners from the uniform
-    draws `u_top`, `u_left` `(n,)`: `(mask (n, h, w) bool, rows (n, h), cols (n, w))`, each pixel's
-    offsets from its sample's corner."""
+def _edges(u_top, u_left, sh, sw, h, w):
+    """`(in_rows (n, h) bool, in_cols (n, w) bool, rows (n, h), cols (n, w))` of `window`."""
     top = ops.cast(ops.floor(u_top * ops.cast(h - sh + 1, "float32")), "int32")
     left = ops.cast(ops.floor(u_left * ops.cast(w - sw + 1, "float32")), "int32")
     top, left = ops.minimum(top, h - sh), ops.minimum(left, w - sw)
     rows = ops.expand_dims(ops.arange(h, dtype="int32"), 0) - ops.expand_dims(top, 1)
     cols = ops.expand_dims(ops.arange(w, dtype="int32"), 0) - ops.expand_dims(left, 1)
-    in_rows = ops.expand_dims(ops.logical_and(rows >= 0, rows < sh), 2)
-    in_cols = ops.expand_dims(ops.logical_and(cols >= 0, cols < sw), 1)
-    return ops.logical_and(in_rows, in_cols), rows, cols
+    return ops.logical_and(rows >= 0, rows < sh), ops.logical_and(cols >= 0, cols < sw), rows, cols
+
+
+def window(u_top, u_left, sh, sw, h, w):
+    """Per-sample windows of side `(sh, sw)` (int32 scalar tensors) at uniform corners from the uniform
+    draws `u_top`, `u_left` `(n,)`: `(mask (n, h, w) bool, rows (n, h), cols (n, w))`, each pixel's
+    offsets from its sample's corner."""
+    in_rows, in_cols, rows, cols = _edges(u_top, u_left, sh, sw, h, w)
+    return ops.logical_and(ops.expand_dims(in_rows, 2), ops.expand_dims(in_cols, 1)), rows, cols
 
 
 def _channels(mask):
@@ -58,20 +63,29 @@ def _first_change(draws, unchanged):
     return ops.any(ops.logical_and(draws, ops.expand_dims(pick, 2)), axis=0)
 
 
-def linf_proposal(best, ends, sides, u):
+def linf_proposal(best, ends, sides, u, empty=None):
     """A random window of each sample set to `x0 +- eps` (one sign per channel), from the uniform draws
     `u` `(n, draws(inf, c))`.
 
     `ends` are the two clipped corners `[x0 + eps, x0 - eps]` (`_square_proposals.linf_ends`), `sides`
     the window's `(sh, sw)`; signs are redrawn (up to `REDRAWS` draws) where they would not change the
-    window, as in the authors' loop."""
+    window, as in the authors' loop. `empty` (a bool scalar tensor, or None): where true, the window
+    is empty and the proposal is `best` itself."""
     n, h, w, c = best.shape
-    mask, _, _ = window(u[:, 0], u[:, 1], sides[0], sides[1], h, w)
-    m = _channels(mask)
+    in_rows, in_cols, _, _ = _edges(u[:, 0], u[:, 1], sides[0], sides[1], h, w)
+    if empty is not None:
+        in_rows = ops.logical_and(in_rows, ops.logical_not(empty))
     tolerance = 1e-7 * ops.cast(sides[0] * sides[1], "float32")
-    unchanged = [ops.sum(ops.abs(end - best) * m, axis=(1, 2)) < tolerance for end in ends]  # (n, c)
     draws = ops.transpose(ops.reshape(u[:, 2:], (n, REDRAWS, c)), (1, 0, 2)) < 0.5
-    plus = ops.expand_dims(ops.expand_dims(_first_change(draws, unchanged), 1), 1)
+
+    def signs(unchanged):  # (n, c): the channels that take the + corner
+        return _first_change(draws, unchanged)
+
+    if backend.linf_window is not None:  # PyTorch: in one buffer
+        return backend.linf_window(best, ends, in_rows, in_cols, tolerance, signs)
+    m = _channels(ops.logical_and(ops.expand_dims(in_rows, 2), ops.expand_dims(in_cols, 1)))
+    unchanged = [ops.sum(ops.abs(end - best) * m, axis=(1, 2)) < tolerance for end in ends]  # (n, c)
+    plus = ops.expand_dims(ops.expand_dims(signs(unchanged), 1), 1)
     return ops.where(m > 0, ops.where(plus, ends[0], ends[1]), best)
 
 

@@ -25,6 +25,12 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   `clip(x0 + clip(x + size * sign(g) - x0, -eps, eps), lo, hi)` computed in the memory of the step's
   own gradient `g` (an eager update allocates a full-size tensor per operation, which costs page faults
   on a CPU; `_torch_steps.py`). Compiled steps (JAX, TensorFlow) fuse or plan their buffers: None.
+- `apgd_linf_step`: None, or (PyTorch) `apgd_linf_step(x, x_prev, x0, g, eta, a, eps, bounds, active)`:
+  APGD's Linf proposal (the projected step, the momentum mix, its projection, the rows attacked) in
+  the gradient's memory and one more buffer: `(x_next, x_prev_next)`.
+- `linf_window`: None, or (PyTorch) `linf_window(best, ends, in_rows, in_cols, tolerance, signs)`: the
+  Square Attack's Linf candidate (the window's sums, the corners it takes) in one new tensor instead
+  of eight, on `(n, h, w * c)` views (no inner loop over the channels).
 - `compile_search(objective, propose, keep, draws)`: a score-based attack's step compiled whole,
   forward passes only: `call(trainable, non_trainable, state, fixed) -> state` draws `u` (`draws`
   uniform numbers per row, with `state["seed"]`, which moves on), then `candidate = propose(state,
@@ -144,6 +150,8 @@ stateless_call = _impl.stateless_call
 to_tensor = getattr(_impl, "to_tensor", keras.ops.convert_to_tensor)
 to_numpy = getattr(_impl, "to_numpy", keras.ops.convert_to_numpy)
 linf_step = getattr(_impl, "linf_step", None)
+apgd_linf_step = getattr(_impl, "apgd_linf_step", None)
+linf_window = getattr(_impl, "linf_window", None)
 
 __all__ = [
     "NAME",
@@ -172,6 +180,8 @@ __all__ = [
     "input_ascent",
     "is_out_of_memory",
     "linf_step",
+    "apgd_linf_step",
+    "linf_window",
     "norm_means",
     "mesh_spans_processes",
     "out_of_memory_hint",

@@ -9,13 +9,15 @@ from gradkit.backend._common import set_random_seed as _set_keras_seed
 from gradkit.backend._search import torch_search as compile_search
 from gradkit.backend._search import torch_seed_state as seed_state
 from gradkit.backend._search import torch_uniform as uniform
-from gradkit.backend._torch_steps import linf_step
+from gradkit.backend._torch_steps import apgd_linf_step, linf_step, linf_window
 
 __all__ = [
+    "apgd_linf_step",
     "compile_search",
     "enable_determinism",
     "input_ascent",
     "linf_step",
+    "linf_window",
     "seed_state",
     "set_random_seed",
     "uniform",
