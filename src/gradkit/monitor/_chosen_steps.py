@@ -9,30 +9,40 @@ knows the index of every step, `fit` gets two training functions, both built by 
 steps that record nothing, and one from the tracked step, run on the recorded ones (which then records
 without a conditional). `ChosenTrainFunction` picks one per call.
 
-The host knows the index where each call of the training function runs one step that advances the
-optimizer's counter by one: `steps_per_execution=1` (with more, the steps of a call run inside one
-traced loop on TensorFlow), and no optimizer wrapper (a `LossScaleOptimizer` does not advance the
-counter on the steps it skips for overflow). Elsewhere the tracked step runs every step, with the
-traced conditional (`_tracking`). The counter starts from the optimizer's `iterations` each time
-`make_train_function` is called (at the start of each `fit` and each `train_on_batch`), and counts the
-calls that returned; the step records where `_step_state.sampled` holds, as the traced conditional
-would decide.
+The host knows the index of every step in one of two ways (`how_to_count`):
+
+- "count": each call of the training function runs one step that advances the optimizer's counter by
+  one (`steps_per_execution=1`, and no optimizer wrapper: a `LossScaleOptimizer` leaves the counter
+  alone on the steps it skips for overflow). The counter is read from the optimizer each time
+  `make_train_function` is called (at the start of each `fit` and each `train_on_batch`), then counted
+  on the host: no read per step (a read would wait for JAX's queued steps).
+- "read": elsewhere on TensorFlow and PyTorch, whose calls return when their steps are done, the
+  counter is read before each call (tens of microseconds). With `steps_per_execution=k` (TensorFlow)
+  a call runs the tracked function, with its traced conditional, where any of its k steps may be
+  recorded, and the plain one elsewhere.
+
+On JAX otherwise (a `LossScaleOptimizer`, or `steps_per_execution` > 1) the tracked step runs every
+step, with the traced conditional (`_tracking`). The step records where `_step_state.sampled` holds,
+as the traced conditional would decide.
 """
 
 import keras
 
-from gradkit import _keras_internals
+from gradkit import _keras_internals, backend
 from gradkit.monitor._step_state import inner_optimizer, sampled
 
 
-def host_chooses(model, every_n_steps):
-    """Whether some steps record nothing (`every_n_steps > 1`, or gradient accumulation) and the host
-    knows the optimizer step of every call of `model`'s training function."""
+def how_to_count(model, every_n_steps):
+    """How the host knows the optimizer step of each call of `model`'s training function: "count",
+    "read" (see the module docstring), or None (it does not, or no step needs it: `every_n_steps=1`
+    without gradient accumulation records every step)."""
     optimizer = model.optimizer
     if every_n_steps == 1 and not getattr(inner_optimizer(optimizer), "gradient_accumulation_steps", None):
-        return False
+        return None
     wrapped = getattr(optimizer, "inner_optimizer", None) is not None  # may skip steps (loss scaling)
-    return getattr(model, "steps_per_execution", 1) == 1 and not wrapped
+    if getattr(model, "steps_per_execution", 1) == 1 and not wrapped:
+        return "count"
+    return None if backend.NAME == "jax" else "read"
 
 
 class ChosenTrainFunction:
@@ -41,26 +51,32 @@ class ChosenTrainFunction:
     Args:
         plain: the training function Keras built from the class's step.
         tracked: the one built from the tracked step.
+        counter: the optimizer's counter variable (its `iterations` before accumulation).
         every_n_steps: int >= 1, record every n-th applied update.
         steps: the optimizer's `gradient_accumulation_steps` (None: none).
         mode: dict whose "plain" entry is set before each call (PyTorch's functions look the step up
             at call time: the tracked step reads it).
+        read: read `counter` before each call, else count the calls. Defaults to False.
+        span: the most steps one call runs (`steps_per_execution`). Defaults to 1.
 
     Attributes:
         iteration: int, the optimizer's counter before the next call.
     """
 
-    def __init__(self, plain, tracked, every_n_steps, steps, mode):
-        self.plain, self.tracked, self.mode = plain, tracked, mode
-        self.every_n_steps, self.steps, self.iteration = every_n_steps, steps, 0
+    def __init__(self, plain, tracked, counter, every_n_steps, steps, mode, read=False, span=1):
+        self.plain, self.tracked, self.counter, self.mode = plain, tracked, counter, mode
+        self.every_n_steps, self.steps, self.read, self.span = every_n_steps, steps, read, span
+        self.restart()
 
-    def restart(self, optimizer):
-        """Reads the optimizer's counter (once per `fit` or `train_on_batch`)."""
-        counter = _keras_internals.optimizer_iterations(inner_optimizer(optimizer))
-        self.iteration = int(keras.ops.convert_to_numpy(counter.value))
+    def restart(self):
+        """Reads the optimizer's counter (once per `fit` or `train_on_batch`, or before each call)."""
+        self.iteration = int(keras.ops.convert_to_numpy(self.counter.value))
 
     def __call__(self, *args):
-        recorded = bool(sampled(self.iteration, self.steps, self.every_n_steps))
+        if self.read:
+            self.restart()
+        n, steps, i = self.every_n_steps, self.steps, self.iteration
+        recorded = any(bool(sampled(i + j, steps, n)) for j in range(self.span))
         self.mode["plain"] = not recorded
         try:
             result = (self.tracked if recorded else self.plain)(*args)
@@ -79,11 +95,13 @@ def make_train_function_of(model, plain_step, tracked_step, every_n_steps, mode)
         function = model.train_function
         if function is not None and not force:
             if isinstance(function, ChosenTrainFunction):
-                function.restart(model.optimizer)
+                function.restart()
             return function
-        mode["chosen"], mode["plain"] = host_chooses(model, every_n_steps), False
+        how, mode["plain"] = how_to_count(model, every_n_steps), False
+        span = int(getattr(model, "steps_per_execution", 1) or 1)
+        mode["chosen"] = how is not None and span == 1  # the tracked step runs on recorded steps only
         installed = vars(model)["train_step"]
-        if not mode["chosen"]:
+        if how is None:
             step_cls.make_train_function(model, force=True)
             return model.train_function
         built = []
@@ -95,9 +113,12 @@ def make_train_function_of(model, plain_step, tracked_step, every_n_steps, mode)
                 built.append(model.train_function)
         finally:
             vars(model)["train_step"] = installed
-        steps = getattr(inner_optimizer(model.optimizer), "gradient_accumulation_steps", None)
-        model.train_function = ChosenTrainFunction(*built, every_n_steps, steps, mode)
-        model.train_function.restart(model.optimizer)
+        optimizer = inner_optimizer(model.optimizer)
+        counter = _keras_internals.optimizer_iterations(optimizer)
+        steps = getattr(optimizer, "gradient_accumulation_steps", None)
+        model.train_function = ChosenTrainFunction(
+            *built, counter, every_n_steps, steps, mode, read=how == "read", span=span
+        )
         return model.train_function
 
     return make_train_function

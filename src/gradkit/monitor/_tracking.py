@@ -2,7 +2,7 @@
 
 The steps are wrapped by `gradkit.backend.wrap_train_step` (which knows each backend's step); this module
 chooses what is recorded: the norms of the gradients, or under gradient accumulation those of the
-applied update. The semantics of the logged value are in the `gradkit.monitor` docstring.
+applied update. `_chosen_steps` runs the class's own step on the steps that record nothing. The semantics of the logged value are in the `gradkit.monitor` docstring.
 """
 
 from gradkit import _checks, _keras_internals, backend
@@ -169,7 +169,8 @@ def track_gradient_norm(model, per_layer=False, include=("norm",), every_n_steps
             Defaults to ("norm",).
         every_n_steps: int >= 1, record the values of every n-th applied update only (the first, the
             (n+1)-th, ...; counted by the optimizer's iterations, across `fit` calls); the other steps
-            skip the computation (a traced conditional). Defaults to 1.
+            run the class's own training step (with `steps_per_execution` > 1 or a
+            `LossScaleOptimizer`, they skip the computation in a traced conditional). Defaults to 1.
 
     Returns:
         The model.
