@@ -1,6 +1,10 @@
 """`every_n_steps` and gradient accumulation: the steps that record nothing run the class's own training
 step (`gradkit.monitor._chosen_steps`), chosen on the host; the values keep their semantics."""
 
+import os
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
@@ -125,3 +129,36 @@ def test_untrack_restores_keras_make_train_function():
     assert "make_train_function" not in vars(model)
     history = fit(model, X, Y, batch_size=4)
     assert "grad_norm" not in history and not isinstance(model.train_function, ChosenTrainFunction)
+
+
+DATA_PARALLEL = r"""
+import numpy as np, keras, gradkit, jax
+from gradkit.monitor._chosen_steps import ChosenTrainFunction
+assert len(jax.devices()) == 2, jax.devices()
+keras.utils.set_random_seed(0)
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6, activation="tanh"), keras.layers.Dense(3)])
+loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+model.compile(optimizer=keras.optimizers.SGD(0.0), loss=loss)
+x, y = np.random.RandomState(0).randn(8, 4).astype("float32"), np.arange(8) % 3
+b = [gradkit.gradient_norm(model, x[i : i + 2], y[i : i + 2]) for i in range(0, 8, 2)]
+keras.distribution.set_distribution(keras.distribution.DataParallel(devices=keras.distribution.list_devices()))
+gradkit.track_gradient_norm(model, include="all", every_n_steps=3)
+seen = []
+log = keras.callbacks.LambdaCallback(on_train_batch_end=lambda i, logs: seen.append(float(logs["grad_norm"])))
+model.fit(x, y, batch_size=2, epochs=1, shuffle=False, verbose=0, callbacks=[log])
+assert isinstance(model.train_function, ChosenTrainFunction)
+np.testing.assert_allclose(seen, [b[0], b[0], b[0], (b[0] + b[3]) / 2], rtol=1e-5)
+print("OK")
+"""
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "jax", reason="keras.distribution data parallelism is JAX-only"
+)
+def test_jax_data_parallel_runs_the_plain_step_on_steps_that_record_nothing():
+    env = dict(os.environ, KERAS_BACKEND="jax", XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    done = subprocess.run(
+        [sys.executable, "-c", DATA_PARALLEL], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "OK" in done.stdout
