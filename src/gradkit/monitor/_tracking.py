@@ -2,7 +2,8 @@
 
 The steps are wrapped by `gradkit.backend.wrap_train_step` (which knows each backend's step); this module
 chooses what is recorded: the norms of the gradients, or under gradient accumulation those of the
-applied update. `_chosen_steps` runs the class's own step on the steps that record nothing. The semantics of the logged value are in the `gradkit.monitor` docstring.
+applied update; `_chosen_steps` runs the class's own step on the steps that record nothing. The
+semantics of the logged value are in the `gradkit.monitor` docstring.
 """
 
 from gradkit import _checks, _keras_internals, backend
