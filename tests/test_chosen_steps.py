@@ -135,13 +135,13 @@ DATA_PARALLEL = r"""
 import numpy as np, keras, gradkit, jax
 from gradkit.monitor._chosen_steps import ChosenTrainFunction
 assert len(jax.devices()) == 2, jax.devices()
+keras.distribution.set_distribution(keras.distribution.DataParallel(devices=keras.distribution.list_devices()))
 keras.utils.set_random_seed(0)
 model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6, activation="tanh"), keras.layers.Dense(3)])
 loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 model.compile(optimizer=keras.optimizers.SGD(0.0), loss=loss)
 x, y = np.random.RandomState(0).randn(8, 4).astype("float32"), np.arange(8) % 3
 b = [gradkit.gradient_norm(model, x[i : i + 2], y[i : i + 2]) for i in range(0, 8, 2)]
-keras.distribution.set_distribution(keras.distribution.DataParallel(devices=keras.distribution.list_devices()))
 gradkit.track_gradient_norm(model, include="all", every_n_steps=3)
 seen = []
 log = keras.callbacks.LambdaCallback(on_train_batch_end=lambda i, logs: seen.append(float(logs["grad_norm"])))
