@@ -21,7 +21,9 @@ measured, and one copy of a model can run a few % slower than an identical copy.
   comparison.
 
 Switching which model is tracked rebuilds its training function (a new trace on TensorFlow and
-JAX): a one-step fit after each switch does that outside the timing. The turn-taking callback
+JAX): a one-step fit after each switch does that outside the timing. With `every_n_steps=n` the
+recorded steps and the others run two training functions (`gradkit.monitor._chosen_steps`), each traced
+on its first call: the tracked model's fit then runs n + 1 steps, which call both. The turn-taking callback
 implements no batch-end hook, so Keras keeps dispatching the batch-end callbacks asynchronously as
 in a plain fit.
 
@@ -205,7 +207,7 @@ def run():
                 gradkit.track_gradient_norm(model, **tracking)
             else:
                 gradkit.untrack_gradient_norm(model)
-            fit(model, steps=1)
+            fit(model, steps=1 + tracking.get("every_n_steps", 0) if i == index else 1)
 
     def measure():
         overhead, control, plain_s, tracked_s = [], [], [], []

@@ -78,6 +78,8 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   gradients the training step applies into `metric` (see `gradkit.monitor`). With
   `norms_fn.needs_weights`, it is called `norms_fn(grads, scale, before, after)` with the trainable
   weights' values before and after the update (PyTorch copies them only where `norms_fn.sampled()`).
+- `plain_train_step(metric, step_cls, model)`: the class's training step untouched (the steps that
+  `every_n_steps` leaves out run it), its logs completed with `metric`'s keys where it reports no metrics.
 - `input_ascent(forward, loss_of, x, update, steps)`: the inner attack of adversarial
   training, run inside the training step: `steps` times `x <- update(x, grad_x loss_of(forward(x)))`,
   the gradient w.r.t. `x` alone, the result cut from the outer gradient (`gradkit.training`).
@@ -133,6 +135,7 @@ set_random_seed = _impl.set_random_seed
 enable_determinism = _impl.enable_determinism
 variable_values = _impl.variable_values
 wrap_train_step = _impl.wrap_train_step
+plain_train_step = _impl.plain_train_step
 batch_multiple = _impl.batch_multiple
 distribute_batch = _impl.distribute_batch
 group_norms = _impl.group_norms
@@ -192,6 +195,7 @@ __all__ = [
     "variable_values",
     "weight_stats",
     "wrap_train_step",
+    "plain_train_step",
     "metric_values_before_step",
     "summaries_available",
     "write_histograms",

@@ -202,6 +202,21 @@ def wrap_train_step(model, metric, norms_fn):
     return train_step, test_step
 
 
+def plain_train_step(metric, step_cls, model):
+    """The class's `train_step(state, data)`, untouched; its logs get the norm metric's keys (its
+    current result) only where that step does not report the model's metrics."""
+
+    def train_step(state, data):
+        logs, new_state = step_cls.train_step(model, state, data)
+        if all(key in logs for key in metric.result_names()):
+            return logs, new_state
+        ids = [id(v) for v in model.metrics_variables]
+        values = [new_state[3][ids.index(id(v))] for v in metric.variables]
+        return {**logs, **metric.stateless_result(values)}, new_state
+
+    return train_step
+
+
 def compile_forward(fn):
     """Compile `fn(trainable, non_trainable, x, y, weights)` without a gradient (`jax.jit`)."""
 

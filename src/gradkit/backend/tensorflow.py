@@ -8,6 +8,7 @@ from gradkit.backend._common import (  # noqa: F401
     bind_all_but_x,
     build_optimizer,
     distribute_batch,
+    plain_train_step,
     stateless_call,
     test_step_without,
     values_before_step,

@@ -18,6 +18,7 @@ from gradkit.backend._common import (  # noqa: F401
     batch_multiple,
     build_optimizer,
     distribute_batch,
+    plain_train_step,
     quiet_retracing,
     test_step_without,
     values_before_step,

@@ -33,9 +33,14 @@ has (the gradients the optimizer received, the weights it read and wrote), each 
 
 A global value is over every trainable weight together (norms: the square root of the sum of squares,
 never a sum of per-layer norms). `every_n_steps=n` records only every n-th applied update (the first,
-the (n+1)-th, ..., counted by the optimizer across `fit` calls); the other steps skip the computation
-(a traced conditional on TensorFlow and JAX, a Python `if` on PyTorch, where the weights are then not
-copied either). Semantics of the logged values:
+the (n+1)-th, ..., counted by the optimizer across `fit` calls). The other steps run the model class's
+own training step, untouched: `fit` gets two training functions, built by Keras from the plain and the
+tracked step, and picks one per step on the host from the optimizer's counter, read at the start of
+each `fit` (`_chosen_steps`). Where the host cannot know a step's index (`steps_per_execution` > 1,
+or a `LossScaleOptimizer`, which leaves its counter alone on the steps it skips) the tracked step runs
+every step and skips the computation instead (a traced conditional on TensorFlow and JAX, a Python
+`if` on PyTorch, where the weights are then not copied either). The same holds for the steps that
+only accumulate gradients. Semantics of the logged values:
 
 - `grad_norm` of a step is the global L2 norm of the gradient of that step's loss (the loss `fit`
   minimizes, regularization included), in float32, BEFORE clipping (`clipnorm`, `global_clipnorm`,
@@ -76,7 +81,8 @@ Modules: `_gradient_norm` (the definition, the layer groups, `gradient_norm`), `
 `include=` and their keys), `_noise_scale` (the estimator and its averages), `_histograms`,
 `_step_norms` (the norms of one step and their running-mean metric), `_step_state` (what a step reads
 before it runs), `_step_stats` (every key of a step from per-weight statistics), `_tracking`
-(wrapping the training step), `_callback`.
+(wrapping the training step), `_chosen_steps` (the plain step on the steps that record nothing),
+`_callback`.
 
 References:
     Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent neural networks", ICML,

@@ -29,13 +29,16 @@ class GradientNormCallback(keras.callbacks.Callback):
     One instance may serve several `fit` calls: values accumulate. When training ends the model is
     left as the callback found it: untracked, or tracked as it was before (`track_gradient_norm`).
     Each `fit` with the callback therefore builds its training function anew (one trace on TensorFlow
-    and JAX); to train one model in many short `fit` calls, `track_gradient_norm` it once instead.
+    and JAX; two with `every_n_steps` > 1 or gradient accumulation, where the steps that record nothing
+    run the class's own step); to train one model in many short `fit` calls, `track_gradient_norm` it
+    once instead.
 
     Args:
         per_layer: also log `"<key>/<layer name>"` per top-level layer. Defaults to False.
         include: the groups of keys, as in `track_gradient_norm` ("norm", "clipped", "params",
             "updates", "health", "noise_scale", or "all"). Defaults to ("norm",).
-        every_n_steps: int >= 1, record every n-th applied update only. Defaults to 1.
+        every_n_steps: int >= 1, record every n-th applied update only; the other steps run the
+            model class's own training step (see `track_gradient_norm`). Defaults to 1.
         histogram_freq: int >= 0; every `histogram_freq`-th epoch (0, n, 2n, ..., as
             `keras.callbacks.TensorBoard` counts them), write a histogram of the gradient entries of
             each top-level trainable layer (30 equal-width bins from min to max; loss scale divided

@@ -2,12 +2,14 @@
 
 The steps are wrapped by `gradkit.backend.wrap_train_step` (which knows each backend's step); this module
 chooses what is recorded: the norms of the gradients, or under gradient accumulation those of the
-applied update. The semantics of the logged value are in the `gradkit.monitor` docstring.
+applied update; `_chosen_steps` runs the class's own step on the steps that record nothing. The
+semantics of the logged value are in the `gradkit.monitor` docstring.
 """
 
 from gradkit import _checks, _keras_internals, backend
 from gradkit.gradients import check_model
 from gradkit.monitor import _histograms
+from gradkit.monitor._chosen_steps import make_train_function_of
 from gradkit.monitor._gradient_norm import layer_groups, norm_layers
 from gradkit.monitor._groups import (
     check_every_n_steps,
@@ -42,7 +44,7 @@ def untrack_gradient_norm(model):
     if metric is None:
         return model
     _keras_internals.set_tracked_attribute(model, _ATTR, None)
-    for name in ("train_step", "test_step"):
+    for name in ("train_step", "test_step", "make_train_function"):
         vars(model).pop(name, None)
     model.train_function = None
     model.test_function = None
@@ -98,12 +100,12 @@ def _stats_fn(model, layers, context, groups, every_n_steps, histograms=False):
             return _histograms.appended(values, context, unscaled, hist_rows, shapes)
 
         size = stats.size + (_histograms.size(len(hist_rows)) if hist_rows is not None else 0)
-        if "iteration" not in context:
+        if "iteration" not in context or context.get("chosen"):  # chosen: runs on recorded steps only
             return compute()
         return backend.cond(stats_fn.sampled(), compute, size)
 
     def is_sampled():
-        if "iteration" not in context:
+        if "iteration" not in context or context.get("chosen"):
             return True
         return sampled(context["iteration"], context["steps"], every_n_steps)
 
@@ -131,14 +133,21 @@ def _make_steps(model, metric, layers, groups, every_n_steps):
     else:
         norms_fn = _stats_fn(model, layers, context, groups, every_n_steps, bool(metric.hist_size))
     wrapped_train, test_step = backend.wrap_train_step(model, metric, norms_fn)
+    plain_train = backend.plain_train_step(metric, type(model), model)
+    mode = {"chosen": False, "plain": False}  # set by `_chosen_steps` (when built, before each call)
 
-    def train_step(*args):  # the backend's step arguments, handed back to it unread
+    def tracked_train(*args):  # the backend's step arguments, handed back to it unread
         context.clear()
         context.update(step_state(model, args, every_n_steps, metric))
+        context["chosen"] = mode["chosen"]
         return wrapped_train(*args)
 
+    def train_step(*args):
+        return plain_train(*args) if mode["plain"] else tracked_train(*args)
+
     train_step._gradkit = metric
-    return train_step, test_step
+    make = make_train_function_of(model, plain_train, tracked_train, every_n_steps, mode)
+    return train_step, test_step, make
 
 
 def track_gradient_norm(model, per_layer=False, include=("norm",), every_n_steps=1):
@@ -161,7 +170,8 @@ def track_gradient_norm(model, per_layer=False, include=("norm",), every_n_steps
             Defaults to ("norm",).
         every_n_steps: int >= 1, record the values of every n-th applied update only (the first, the
             (n+1)-th, ...; counted by the optimizer's iterations, across `fit` calls); the other steps
-            skip the computation (a traced conditional). Defaults to 1.
+            run the class's own training step (with `steps_per_execution` > 1 or a
+            `LossScaleOptimizer`, they skip the computation in a traced conditional). Defaults to 1.
 
     Returns:
         The model.
@@ -211,7 +221,9 @@ def install(model, per_layer, groups, every_n_steps, histograms=False):
     metric = GradientNormMetric(names, noise_slots=noise_slots(names), hist_size=hist_size)
     object.__setattr__(metric, "config", config)  # not a tracked attribute
     _keras_internals.set_tracked_attribute(model, _ATTR, metric)
-    model.train_step, model.test_step = _make_steps(model, metric, layers, groups, every_n_steps)
+    model.train_step, model.test_step, model.make_train_function = _make_steps(
+        model, metric, layers, groups, every_n_steps
+    )
     model.train_function = None
     model.test_function = None
     return model

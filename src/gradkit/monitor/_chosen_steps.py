@@ -1,0 +1,124 @@
+"""Recorded steps chosen on the host: the steps that record nothing run the class's own training step.
+
+With `every_n_steps > 1` (or gradient accumulation) most steps record nothing. A traced conditional
+inside one compiled step still costs those steps something: on JAX the weights before the update are
+copied every step because they feed the conditional (the step updates its donated buffers in place), on
+TensorFlow they are read (copy on write) and the optimizer's counter with them. So where the host
+knows the index of every step, `fit` gets two training functions, both built by Keras' own
+`make_train_function`: one from the class's `train_step` (`backend.plain_train_step`), run on the
+steps that record nothing, and one from the tracked step, run on the recorded ones (which then records
+without a conditional). `ChosenTrainFunction` picks one per call.
+
+The host knows the index of every step in one of two ways (`how_to_count`):
+
+- "count": each call of the training function runs one step that advances the optimizer's counter by
+  one (`steps_per_execution=1`, and no optimizer wrapper: a `LossScaleOptimizer` leaves the counter
+  alone on the steps it skips for overflow). The counter is read from the optimizer each time
+  `make_train_function` is called (at the start of each `fit` and each `train_on_batch`), then counted
+  on the host: no read per step (a read would wait for JAX's queued steps).
+- "read": elsewhere on TensorFlow and PyTorch, whose calls return when their steps are done, the
+  counter is read before each call (tens of microseconds). With `steps_per_execution=k` (TensorFlow)
+  a call runs the tracked function, with its traced conditional, where any of its k steps may be
+  recorded, and the plain one elsewhere.
+
+On JAX otherwise (a `LossScaleOptimizer`, or `steps_per_execution` > 1) the tracked step runs every
+step, with the traced conditional (`_tracking`). The step records where `_step_state.sampled` holds,
+as the traced conditional would decide.
+"""
+
+import keras
+
+from gradkit import _keras_internals, backend
+from gradkit.monitor._step_state import inner_optimizer, sampled
+
+
+def how_to_count(model, every_n_steps):
+    """How the host knows the optimizer step of each call of `model`'s training function: "count",
+    "read" (see the module docstring), or None (it does not, or no step needs it: `every_n_steps=1`
+    without gradient accumulation records every step)."""
+    optimizer = model.optimizer
+    if every_n_steps == 1 and not getattr(inner_optimizer(optimizer), "gradient_accumulation_steps", None):
+        return None
+    wrapped = getattr(optimizer, "inner_optimizer", None) is not None  # may skip steps (loss scaling)
+    if getattr(model, "steps_per_execution", 1) == 1 and not wrapped:
+        return "count"
+    return None if backend.NAME == "jax" else "read"
+
+
+class ChosenTrainFunction:
+    """`model.train_function` that runs `tracked` on the recorded steps, `plain` on the others.
+
+    Args:
+        plain: the training function Keras built from the class's step.
+        tracked: the one built from the tracked step.
+        counter: the optimizer's counter variable (its `iterations` before accumulation).
+        every_n_steps: int >= 1, record every n-th applied update.
+        steps: the optimizer's `gradient_accumulation_steps` (None: none).
+        mode: dict whose "plain" entry is set before each call (PyTorch's functions look the step up
+            at call time: the tracked step reads it).
+        read: read `counter` before each call, else count the calls. Defaults to False.
+        span: the most steps one call runs (`steps_per_execution`). Defaults to 1.
+
+    Attributes:
+        iteration: int, the optimizer's counter before the next call.
+    """
+
+    def __init__(self, plain, tracked, counter, every_n_steps, steps, mode, read=False, span=1):
+        self.plain, self.tracked, self.counter, self.mode = plain, tracked, counter, mode
+        self.every_n_steps, self.steps, self.read, self.span = every_n_steps, steps, read, span
+        self.restart()
+
+    def restart(self):
+        """Reads the optimizer's counter (once per `fit` or `train_on_batch`, or before each call)."""
+        self.iteration = int(keras.ops.convert_to_numpy(self.counter.value))
+
+    def __call__(self, *args):
+        if self.read:
+            self.restart()
+        n, steps, i = self.every_n_steps, self.steps, self.iteration
+        recorded = any(bool(sampled(i + j, steps, n)) for j in range(self.span))
+        self.mode["plain"] = not recorded
+        try:
+            result = (self.tracked if recorded else self.plain)(*args)
+        finally:
+            self.mode["plain"] = False
+        self.iteration += 1  # only once the step ran (an exhausted iterator raises before)
+        return result
+
+
+def make_train_function_of(model, plain_step, tracked_step, every_n_steps, mode):
+    """The `make_train_function(force=False)` to install on `model`: Keras' own, run once per step
+    function; `mode["chosen"]` tells the tracked step whether it runs only on recorded steps."""
+    step_cls = type(model)
+
+    def make_train_function(force=False):
+        function = model.train_function
+        if function is not None and not force:
+            if isinstance(function, ChosenTrainFunction):
+                function.restart()
+            return function
+        how, mode["plain"] = how_to_count(model, every_n_steps), False
+        span = int(getattr(model, "steps_per_execution", 1) or 1)
+        mode["chosen"] = how is not None and span == 1  # the tracked step runs on recorded steps only
+        installed = vars(model)["train_step"]
+        if how is None:
+            step_cls.make_train_function(model, force=True)
+            return model.train_function
+        built = []
+        try:
+            for step in (plain_step, tracked_step):
+                # A new function object for each: JAX shares traces between jits of the same one.
+                vars(model)["train_step"] = lambda *args, step=step: step(*args)
+                step_cls.make_train_function(model, force=True)
+                built.append(model.train_function)
+        finally:
+            vars(model)["train_step"] = installed
+        optimizer = inner_optimizer(model.optimizer)
+        counter = _keras_internals.optimizer_iterations(optimizer)
+        steps = getattr(optimizer, "gradient_accumulation_steps", None)
+        model.train_function = ChosenTrainFunction(
+            *built, counter, every_n_steps, steps, mode, read=how == "read", span=span
+        )
+        return model.train_function
+
+    return make_train_function
