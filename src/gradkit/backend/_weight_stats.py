@@ -20,10 +20,16 @@ import keras
 from keras import ops
 
 
-def stats_builder(squared_norm, total=ops.sum):
-    """`weight_stats` built on the backend's fastest `squared_norm(t)` and `total(t)` (sum of a float32
-    tensor), both to a scalar float32. The count of non-finite entries is taken only where the squared
-    norm is not finite (a conditional: no pass over a finite gradient)."""
+def _count_zeros(total):
+    return lambda g: total(ops.cast(ops.equal(g, 0.0), "float32"))
+
+
+def stats_builder(squared_norm, total=ops.sum, count_zeros=None):
+    """`weight_stats` built on the backend's fastest `squared_norm(t)`, `total(t)` (sum of a float32
+    tensor) and `count_zeros(g)` (the count of exact zeros; default: `total` of `g == 0`), all to a
+    scalar float32. The count of non-finite entries is taken only where the squared norm is not finite
+    (a conditional: no pass over a finite gradient)."""
+    count_zeros = count_zeros or _count_zeros(total)
 
     def nonfinite(g, sq):
         count = lambda: total(ops.cast(ops.logical_not(ops.isfinite(g)), "float32"))  # noqa: E731
@@ -64,7 +70,7 @@ def stats_builder(squared_norm, total=ops.sum):
             elif column == "nonfinite":
                 row.append(nonfinite(g, done["sq"]))
             else:  # "zeros"
-                row.append(total(ops.cast(ops.equal(g, 0.0), "float32")))
+                row.append(count_zeros(g))
         return ops.stack(row)
 
     def weight_stats(grads, before, after, columns, shapes, clip=None, half=None):
