@@ -108,10 +108,6 @@ def group_norms(grads, matrix, last):
     return jnp.sqrt(matrix @ jnp.stack(squares))
 
 
-def _sum_of_squares(t):
-    return jnp.sum(jnp.square(t))
-
-
 def _count_zeros(g):
     # ceil(min(|g|, 1)) is 0 for an exact zero and 1 for any other finite entry (subnormals included):
     # one fused loop of vector operations, measured 610 us of CPU a step against 930 us for a `_total`
@@ -122,9 +118,7 @@ def _count_zeros(g):
     return jax.lax.cond(jnp.isfinite(fast), lambda: fast, slow)
 
 
-# The diagnostics' sums are plain reductions (XLA fuses the elementwise work into them): a `_total`
-# writes its operand before the product; measured 360 us of CPU a step per 4 MB pass against 920 us.
-weight_stats = stats_builder(_sum_of_squares, jnp.sum, _count_zeros)
+weight_stats = stats_builder(_squared_norm, _total, _count_zeros)
 
 
 def assign_add(variable, value):
