@@ -96,4 +96,3 @@ def combine(grads, trainable, rows):
 def split_rows(data):
     """The batch size of `data` (an int: JAX shapes are static)."""
     return int(keras.tree.flatten(keras.utils.unpack_x_y_sample_weight(data)[0])[0].shape[0])
-

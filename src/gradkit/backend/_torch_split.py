@@ -29,7 +29,9 @@ def splittable(model, step_cls, data):
     flat = keras.tree.flatten(x)
     if len(flat) != 1 or flat[0].shape[0] < 2 or model.non_trainable_variables:
         return False
-    if step_cls.train_step is not TorchTrainer.train_step or step_cls.compute_loss is not keras.Model.compute_loss:
+    if step_cls.train_step is not TorchTrainer.train_step:
+        return False
+    if step_cls.compute_loss is not keras.Model.compute_loss:
         return False
     for layer in model._flatten_layers():
         names = ("activity_regularizer", "kernel_regularizer", "bias_regularizer", "regularizer")

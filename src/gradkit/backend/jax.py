@@ -3,11 +3,11 @@
 import jax
 import jax.numpy as jnp
 
+from gradkit.backend import _jax_split
 from gradkit.backend._common import bind_all_but_x, quiet_retracing, set_random_seed, stateless_call  # noqa: F401
 from gradkit.backend._common import xla_determinism as enable_determinism  # noqa: F401
 from gradkit.backend._halves import first_half, half_loss
 from gradkit.backend._jax_connected import check_connected as _check_connected
-from gradkit.backend import _jax_split
 from gradkit.backend._jax_distribution import batch_multiple, distribute_batch, to_numpy  # noqa: F401
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
 from gradkit.backend._search import jax_search as compile_search  # noqa: F401
