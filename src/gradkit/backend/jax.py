@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 
+from gradkit.backend import _jax_split
 from gradkit.backend._common import bind_all_but_x, quiet_retracing, set_random_seed, stateless_call  # noqa: F401
 from gradkit.backend._common import xla_determinism as enable_determinism  # noqa: F401
 from gradkit.backend._halves import first_half, half_loss
@@ -164,15 +165,23 @@ def wrap_train_step(model, metric, norms_fn):
         optimizer = model.optimizer
         captured = {}
         stateless_apply = optimizer.stateless_apply
+        split = getattr(norms_fn, "needs_halves", False) and _jax_split.splittable(model, step_cls, data)
 
         def capturing_apply(optimizer_values, grads, trainable_values):
+            if split:  # the halves' gradients of one backward pass (`_jax_split.py`)
+                rows = _jax_split.split_rows(data)
+                grads, g1, g2, trainable_values = _jax_split.combine(grads, trainable_values, rows)
+                captured["halves"] = lambda: (g1, rows // 2, rows, g2)
             captured["grads"] = list(grads)
             captured["scale"] = _loss_scale(optimizer, optimizer_values)
             return stateless_apply(optimizer_values, grads, trainable_values)
 
         optimizer.stateless_apply = capturing_apply
         try:
-            logs, new_state = step_cls.train_step(model, state, data)
+            if split:
+                logs, new_state = _jax_split.split_step(model, step_cls, state, data)
+            else:
+                logs, new_state = step_cls.train_step(model, state, data)
         finally:
             del optimizer.stateless_apply
         trainable, non_trainable, optimizer_values, metric_values = new_state
@@ -183,7 +192,7 @@ def wrap_train_step(model, metric, norms_fn):
             weights = (state[0], trainable) if getattr(norms_fn, "needs_weights", False) else ()
             extra = {}
             if getattr(norms_fn, "needs_halves", False):
-                extra["halves"] = _halves_of(model, state, data, captured["scale"])
+                extra["halves"] = captured.get("halves") or _halves_of(model, state, data, captured["scale"])
             norms = norms_fn(captured["grads"], captured["scale"], *weights, **extra)
             values = metric.stateless_update_state(values, norms)
             for i, value in zip(slots, values):

@@ -13,7 +13,7 @@ import torch
 from keras import tree
 
 from gradkit import _keras_internals
-from gradkit.backend import _torch_stats
+from gradkit.backend import _torch_split, _torch_stats
 from gradkit.backend._common import (  # noqa: F401
     batch_multiple,
     build_optimizer,
@@ -213,12 +213,20 @@ def wrap_train_step(model, metric, norms_fn):
     def train_step(data):
         optimizer = model.optimizer
         apply = optimizer.apply
+        split = None  # the halves' gradients from the step's own backward pass (`_torch_split.py`)
+        if getattr(norms_fn, "needs_halves", False) and norms_fn.sampled():
+            if _torch_split.splittable(model, step_cls, data):
+                split = _torch_split.SplitForward(model, model.trainable_variables)
 
         def capturing_apply(grads, trainable_variables=None):
             grads = list(grads)
             scale = _loss_scale(optimizer, trainable_variables)  # before the update changes it
             variables = trainable_variables or model.trainable_variables
-            extra = _torch_stats.halves(model, data, norms_fn, variables, scale)
+            if split is not None:
+                taken = split.finish(grads, tree.flatten(data)[0].shape[0])
+                extra = {"halves": lambda: taken}
+            else:
+                extra = _torch_stats.halves(model, data, norms_fn, variables, scale)
             if getattr(norms_fn, "needs_weights", False):
                 return _apply_between_reads(apply, grads, trainable_variables, scale, extra)
             result = apply(grads, trainable_variables)
@@ -241,7 +249,11 @@ def wrap_train_step(model, metric, norms_fn):
         # Not through the optimizer's __setattr__: its tracker would run in every step.
         object.__setattr__(optimizer, "apply", capturing_apply)
         try:
-            logs = dict(step_cls.train_step(model, data))
+            if split is not None:
+                with split:
+                    logs = dict(step_cls.train_step(model, data))
+            else:
+                logs = dict(step_cls.train_step(model, data))
         finally:
             object.__delattr__(optimizer, "apply")
         if any(key not in logs for key in metric.result_names()):  # a train_step that skips the metrics

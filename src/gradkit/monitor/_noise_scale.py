@@ -9,8 +9,10 @@ the gradients. Two batch sizes B_small < B_big give unbiased estimates of both t
 
 In a training step, B_big = b, the step's batch, and G_big its gradient (the one the optimizer
 received, loss scale divided out); B_small = b1 = b // 2 and G_small = g1, the gradient of the
-batch's first b1 rows (one more forward and backward pass over them), and also B_small = b - b1 with
-g2 = (b G_big - b1 g1) / (b - b1), the gradient of the other rows (no extra pass). A step's estimates
+batch's first b1 rows, and also B_small = b - b1 with g2 = (b G_big - b1 g1) / (b - b1), the gradient
+of the other rows. Where it is exact (JAX and PyTorch, `gradkit.backend._jax_split`), the step's own
+backward pass gives g1 and g2 (the step's gradient is their weighted sum); elsewhere g1 takes one more
+forward and backward pass over the first b1 rows. A step's estimates
 are the means of the two pairs'. Each of |G|^2 and S is smoothed by an exponential moving average
 over the recorded steps, m_t = beta m_(t-1) + (1 - beta) x_t from m_0 = 0, bias-corrected
 m_t / (1 - beta^t) (Kingma & Ba 2015, Adam, Algorithm 1), and `noise_scale` = S_hat / |G|^2_hat after

@@ -32,8 +32,9 @@ from gradkit.monitor import _groups, _noise_scale
 class StepStatistics:
     """Callable `(grads, scale, before, after, half) -> [values of log_names..., estimates, 1.0]` (in-step).
 
-    `half`: None, or `(full, g1, b1, b, half_scale)` for "noise_scale": the step's own gradients (as the
-    backend gave them), the gradients of the batch's first b1 of b rows, and their loss-scale factor.
+    `half`: None, or `(full, g1, b1, b, half_scale[, g2])` for "noise_scale": the step's own gradients (as
+    the backend gave them), the gradients of the batch's first b1 of b rows, their loss-scale factor, and
+    (where the backend took the step's gradient as its halves') the gradients of the other rows.
 
     Args:
         groups: tuple of group names (`_groups.check_include`).
@@ -63,7 +64,7 @@ class StepStatistics:
         clip = None
         if "clip_sq" in self.columns:
             clip = self.clip[1] * (1.0 if scale is None else scale)
-        rows = None if half is None else half[:4]
+        rows = None if half is None else (*half[:4], *half[5:])
         table = backend.weight_stats(grads, before, after, self.columns, self.shapes, clip, half=rows)
         host = isinstance(table, np.ndarray)
         ops = np if host else keras.ops

@@ -85,9 +85,9 @@ def _stats_fn(model, layers, context, groups, every_n_steps, histograms=False):
         def compute():
             half = None
             if halves is not None:  # the halves' gradient: traced into this branch only
-                g1, b1, b = halves()
+                g1, b1, b, *other = halves()  # `other`: the other rows' gradient, where the backend has it
                 check_rows(b)
-                half = (grads, g1, b1, b, scale)
+                half = (grads, g1, b1, b, scale, *other)
             accumulated = applied_gradients(grads, scale, context) if context.get("steps") else None
             if accumulated is not None:
                 values = stats(accumulated, None, before, after, half)
