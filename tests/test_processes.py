@@ -189,7 +189,9 @@ AFFINITY = textwrap.dedent(
 
 @pytest.mark.slow
 @needs_group
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="2+ cores")
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores or more"
+)
 @pytest.mark.parametrize("pin", ["1", "0"])
 def test_processes_on_one_cpu_host_get_their_own_cores(files, monkeypatch, pin):
     """Each of 2 local CPU processes runs on its own half of the cores (JAX sizes its thread pool from
