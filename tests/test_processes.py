@@ -174,3 +174,32 @@ def test_more_processes_than_blocks_names_the_processes(files, monkeypatch):
     with pytest.raises(ValueError, match="`processes` must be at most the number of blocks of 256 rows"):
         evaluation.evaluate_processes(model, data["x_test"][:40], data["y_test"][:40], epsilons=[0.1],
                                       attacks=["fgsm"], batch_size=256)  # fmt: skip
+
+
+AFFINITY = textwrap.dedent(
+    """
+    import os
+    from gradkit import backend
+    backend.start_processes()
+    rank, size = backend.processes()
+    print(f"rank {rank} cores {sorted(os.sched_getaffinity(0))}")
+    """
+)
+
+
+@pytest.mark.slow
+@needs_group
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores or more"
+)
+@pytest.mark.parametrize("pin", ["1", "0"])
+def test_processes_on_one_cpu_host_get_their_own_cores(files, monkeypatch, pin):
+    """Each of 2 local CPU processes runs on its own half of the cores (JAX sizes its thread pool from
+    the affinity); GRADKIT_CPU_AFFINITY=0 leaves every process every core."""
+    monkeypatch.setenv("GRADKIT_CPU_AFFINITY", pin)
+    (files / "affinity.py").write_text(AFFINITY)
+    output = "".join(out for _, out in _launch(files, [str(files / "affinity.py")]))
+    cores = sorted(os.sched_getaffinity(0))
+    halves = [c.tolist() for c in np.array_split(np.array(cores), 2)]
+    for rank in (0, 1):
+        assert f"rank {rank} cores {halves[rank] if pin == '1' else cores}" in output, output

@@ -9,11 +9,18 @@
 - `mesh_spans_processes()`: whether the active `keras.distribution` mesh holds other processes' devices
   (JAX): then every process runs the same calls on the same data, each feeding its own devices' rows.
 
+Several processes on one CPU-only host each get their own share of the cores (`os.sched_setaffinity`,
+as `mpirun` binds ranks and as JAX's maintainers advise for limiting its CPU threads, jax#1539): JAX
+sizes its thread pool from the affinity, and two processes whose pools both span every core spin
+against each other. `GRADKIT_CPU_AFFINITY=0` turns this off; a launcher's own binding (a narrower
+affinity than the host's cores) is kept.
+
 TensorFlow has no process group here: `processes()` is None and `start_processes()` refuses a launcher.
 """
 
 import json
 import os
+import socket
 
 import keras
 import numpy as np
@@ -41,11 +48,15 @@ def start_processes():
         import torch
         import torch.distributed as dist
 
+        if not torch.cuda.is_available() and "LOCAL_RANK" in os.environ:
+            _pin(int(os.environ["LOCAL_RANK"]), int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     elif backend == "jax" and all(k in os.environ for k in _JAX_ENV):
         import jax
 
         if not jax.distributed.is_initialized() and int(os.environ["JAX_NUM_PROCESSES"]) > 1:
+            if _jax_local_cpu():
+                _pin(int(os.environ["JAX_PROCESS_ID"]), int(os.environ["JAX_NUM_PROCESSES"]))
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
             jax.distributed.initialize(
                 os.environ["JAX_COORDINATOR_ADDRESS"],
@@ -58,6 +69,32 @@ def start_processes():
             "Received: KERAS_BACKEND=tensorflow under a launcher"
         )
     return processes()
+
+
+def _jax_local_cpu():
+    """Every process of the JAX group on this host (the coordinator is this host) and JAX on its CPU
+    (`JAX_PLATFORMS=cpu`, or no accelerator plugin installed); known before JAX starts a backend."""
+    host = os.environ["JAX_COORDINATOR_ADDRESS"].rsplit(":", 1)[0].strip("[]")
+    if host not in ("localhost", "127.0.0.1", "::1", socket.gethostname()):
+        return False
+    platforms = os.environ.get("JAX_PLATFORMS", "")
+    if platforms:
+        return platforms == "cpu"
+    from importlib.metadata import entry_points
+
+    return not list(entry_points(group="jax_plugins"))
+
+
+def _pin(local_rank, local_size):
+    """Restricts this process to its contiguous share of the cores this process may use, when
+    `local_size` processes share them (see the module docstring)."""
+    if not hasattr(os, "sched_setaffinity") or os.environ.get("GRADKIT_CPU_AFFINITY", "1") == "0":
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    if local_size < 2 or len(cores) < local_size or len(cores) < (os.cpu_count() or 0):
+        return  # one process, too few cores, or a launcher already bound this one
+    share = np.array_split(np.array(cores), local_size)[local_rank]
+    os.sched_setaffinity(0, {int(c) for c in share})
 
 
 def processes():
