@@ -425,27 +425,31 @@ def test_a_boosted_model_that_cannot_train_exits_1(quick_dir, tmp_path, monkeypa
 
 
 def test_resume_after_interrupted_attacks(quick_dir, tmp_path, monkeypatch):
+    # As if the run stopped while attacking adv_single: every other model finished, adv_single has only
+    # its clean record. Only adv_single is attacked again (the cheapest model to attack).
     out = _copy(quick_dir, tmp_path)
     state = _read(out)
-    finished = {("single", 0.0), ("single", 0.1), ("single", 0.3), ("adv_boost", 0.0)}
-    kept = [r for r in state["results"] if (r["model"], r["eps"]) in finished]
-    evaluations = [e for e in state["evaluations"] if e["model"] == "single"]
-    samples = {"single": state["samples"]["single"], "adv_boost": _attack.new_record(
-        state["samples"]["adv_boost"]["clean"], state["config"]["attacks"])}  # fmt: skip
-    _write(out, {**state, "results": kept, "evaluations": evaluations, "warnings": [], "samples": samples})
+    kept = [r for r in state["results"] if r["model"] != "adv_single"]
+    evaluations = [e for e in state["evaluations"] if e["model"] != "adv_single"]
+    warnings = [w for w in state["warnings"] if w["model"] != "adv_single"]
+    samples = {**state["samples"], "adv_single": _attack.new_record(
+        state["samples"]["adv_single"]["clean"], state["config"]["attacks"])}  # fmt: skip
+    _write(out, {**state, "results": kept, "evaluations": evaluations, "warnings": warnings,
+                 "samples": samples})  # fmt: skip
     for name in ("results.csv", "robustness.png", "samples.csv"):
         os.remove(out / name)
     _no_training(monkeypatch)
     real, calls = _attack.evaluate, []
 
     def interrupted(model, x, y, *, eps, attacks, **kwargs):
-        calls.append((eps, attacks))
+        calls.append((model, eps, attacks))
         if len(calls) == 4:  # adv_single at eps 0.1 (fgsm, pgd, standard) finished, then eps 0.3
             raise KeyboardInterrupt
         return real(model, x, y, eps=eps, attacks=attacks, **kwargs)
 
     monkeypatch.setattr(_attack, "evaluate", interrupted)
     assert cli.main(["study", "--quick", "--no-progress", "--out", str(out)]) == 130
+    assert [eps for _, eps, _ in calls] == [0.1, 0.1, 0.1, 0.3]
     saved = [r for r in state["results"] if r["model"] == "adv_single" and r["eps"] in (0.0, 0.1)]
     assert len(saved) == 3 + 4  # worst case, fgsm, pgd at eps 0; and standard at 0.1
     assert len(_read(out)["results"]) == len(kept) + len(saved)  # adv_single at eps 0 and 0.1 were saved
@@ -457,7 +461,7 @@ def test_resume_after_interrupted_attacks(quick_dir, tmp_path, monkeypatch):
 
     monkeypatch.setattr(_attack, "evaluate", counted)
     assert cli.main(["study", "--quick", "--no-progress", "--out", str(out)]) == 0
-    assert sorted(set(calls)) == [0.1, 0.3] and calls[0] == 0.3  # adv_single resumes at eps 0.3
+    assert set(calls) == {0.3}  # adv_single resumes at eps 0.3; eps 0.1 and the other models are not redone
     final, original = _read(out), _read(quick_dir)
     assert _rows(final) == _rows(original)
     assert final["samples"] == original["samples"]
