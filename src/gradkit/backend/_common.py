@@ -1,6 +1,7 @@
 """What the TensorFlow and PyTorch backends share: data-parallel hooks (they have no
 `keras.distribution` support), building the optimizer before the in-step norm reads its loss scale, and
-reading variables before a training step (their `train_step(data)` reads the variables themselves)."""
+reading variables before a training step (their `train_step(data)` reads the variables themselves); and
+what every backend's half-batch split asks of the loss (`mean_reduced`)."""
 
 import contextlib
 
@@ -99,6 +100,14 @@ def plain_train_step(metric, step_cls, model):
         return logs
 
     return train_step
+
+
+def mean_reduced(loss):
+    """Whether a compiled loss (a name, a function, a `keras.losses.Loss`) averages over the batch rows
+    (the half-batch gradient split of `_jax_split` and `_torch_split` is exact only then)."""
+    if isinstance(loss, str) or (callable(loss) and not isinstance(loss, keras.losses.Loss)):
+        return True  # wrapped by Keras with its default reduction
+    return getattr(loss, "reduction", None) == "sum_over_batch_size"
 
 
 def quiet_retracing():

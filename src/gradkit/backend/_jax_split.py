@@ -25,6 +25,8 @@ import jax.numpy as jnp
 import keras
 from keras.src.backend.jax.trainer import JAXTrainer
 
+from gradkit.backend._common import mean_reduced
+
 
 def splittable(model, step_cls, data):
     """Whether `split_step` gives `model`'s exact step on `data` (see the module docstring)."""
@@ -41,13 +43,7 @@ def splittable(model, step_cls, data):
     losses = keras.tree.flatten(getattr(model, "loss", None))
     if not losses:
         return False
-    return all(_mean_reduced(loss) for loss in losses)
-
-
-def _mean_reduced(loss):
-    if isinstance(loss, str) or (callable(loss) and not isinstance(loss, keras.losses.Loss)):
-        return True  # wrapped by Keras with its default reduction
-    return getattr(loss, "reduction", None) == "sum_over_batch_size"
+    return all(mean_reduced(loss) for loss in losses)
 
 
 def _cut(data, start, stop):

@@ -20,7 +20,7 @@ import keras
 import torch
 from keras.src.backend.torch.trainer import TorchTrainer
 
-from gradkit.backend._jax_split import _mean_reduced
+from gradkit.backend._common import mean_reduced
 
 
 def splittable(model, step_cls, data):
@@ -38,7 +38,7 @@ def splittable(model, step_cls, data):
         if any(getattr(layer, name, None) is not None for name in names):
             return False
     losses = keras.tree.flatten(getattr(model, "loss", None))
-    return bool(losses) and all(_mean_reduced(loss) for loss in losses)
+    return bool(losses) and all(mean_reduced(loss) for loss in losses)
 
 
 class SplitForward:
