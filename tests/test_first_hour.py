@@ -67,6 +67,47 @@ def test_no_tensorflow_on_the_other_backends():
     assert out.stdout.strip() == "False", out.stderr[-2000:]
 
 
+def test_gradkit_evaluate_imports_no_tensorflow_and_draws_no_initial_value(tmp_path):
+    """Each process of `gradkit evaluate` (one per rank under torchrun or jax.distributed) paid for
+    TensorFlow (under Keras' `get_config`, from the logits clone) and for the random initial values the
+    model file replaces (JAX compiled them): neither any more (issue 30)."""
+    import subprocess
+    import sys
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
+    model.save(tmp_path / "m.keras")
+    rng = np.random.RandomState(0)
+    np.savez(tmp_path / "d.npz", x=rng.rand(8, 4).astype("float32"), y=np.arange(8) % 3)
+    paths = [str(tmp_path / name) for name in ("m.keras", "d.npz", "out")]
+    code = (
+        "import sys, keras\n"
+        "from keras.src.backend import random\n"
+        "draws, load = [], keras.saving.load_model\n"
+        "def counted(name, draw):\n"
+        "    return lambda *a, **k: draws.append(name) or draw(*a, **k)\n"
+        "def loading(*a, **k):\n"
+        "    drawn = {name: getattr(random, name) for name in ('uniform', 'normal', 'truncated_normal')}\n"
+        "    for name, draw in drawn.items():\n"
+        "        setattr(random, name, counted(name, draw))\n"
+        "    try:\n"
+        "        return load(*a, **k)\n"
+        "    finally:\n"
+        "        for name, draw in drawn.items():\n"
+        "            setattr(random, name, draw)\n"
+        "keras.saving.load_model = loading\n"
+        "from gradkit import cli\n"
+        f"args = ['evaluate', {paths[0]!r}, {paths[1]!r}, '--eps', '0.1', '--attacks', 'apgd-ce',\n"
+        f"        '--steps', '2', '--no-progress', '--out', {paths[2]!r}]\n"
+        "assert cli.main(args) == 0\n"
+        "print('tensorflow' in sys.modules, len(draws))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    imported, draws = out.stdout.split()[-2:]
+    assert draws == "0"  # while loading: the Dense kernel's Glorot draw was skipped (the file replaces it)
+    assert imported == str(keras.backend.backend() == "tensorflow")
+
+
 def test_predicting_with_new_models_prints_no_retracing_warning(capfd):
     # boosting predicts with each new member; TensorFlow counts that as retracing after 5 models
     if keras.backend.backend() != "tensorflow":

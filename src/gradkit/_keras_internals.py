@@ -5,6 +5,10 @@ Keras upgrade that renames one breaks one function with one test, not a hunt thr
 Checked against Keras 3.15. Each function degrades to a documented default when the attribute is gone.
 """
 
+import functools
+import sys
+import threading
+
 import keras
 
 
@@ -142,3 +146,106 @@ def is_seed_state(variable):
     GaussianNoise, a user's `keras.random.normal(..., seed=self.seed_generator)`): Keras names it
     "seed_generator_state" and tracks it among the layer's non-trainable variables."""
     return getattr(variable, "name", None) == "seed_generator_state"
+
+
+class tensorflow_unasked:  # noqa: N801 - a context manager named for what it does
+    """Within the block, Keras does not import TensorFlow to ask whether a value is one of its types.
+
+    Keras' `serialize_keras_object` (under every layer's `get_config`, hence `clone_model`) asks
+    `isinstance(obj, tf.TensorShape)` and imports TensorFlow for it on every backend: 2-11 s of a JAX or
+    PyTorch process. Where TensorFlow is not imported yet no value can be one of its types, so the answer
+    is the same without the import. A no-op where TensorFlow is imported (its backend) or already asked
+    about; restored on leaving. TensorFlow-only Keras layers (`StringLookup`, ...) made inside the block
+    would say TensorFlow is missing.
+    """
+
+    def __enter__(self):
+        from keras.src.utils import module_utils
+
+        self.lazy = module_utils.tensorflow  # vars(): getattr on the lazy module would import TensorFlow
+        self.unasked = vars(self.lazy).get("_available", False) is None and "tensorflow" not in sys.modules
+        if self.unasked:
+            self.lazy._available = False
+        return self
+
+    def __exit__(self, *exc):
+        if self.unasked:
+            self.lazy._available = None
+        return False
+
+
+_ELEMENTWISE_DRAWS = ("RandomNormal", "TruncatedNormal", "RandomUniform", "VarianceScaling")  # + subclasses
+
+
+class random_initializers_skipped:  # noqa: N801 - a context manager named for what it does
+    """Within the block (in this thread), a variable whose own initializer is one of Keras' integer-seeded
+    elementwise random initializers (`GlorotUniform()`, `HeNormal(seed=1)`, `RandomNormal`, ...: Keras
+    gives `seed=None` an integer) starts at zeros, with no draw. For `keras.saving.load_model`, whose file
+    then assigns every variable: JAX compiles no random-number program (its threefry: 2-11 s of each
+    process's start-up).
+
+    Exact: on leaving without an error, a variable so started that was not assigned since gets its real
+    draw (an integer-seeded initializer draws the same values whenever it is called), so the values equal
+    loading without the block. Untouched: draws that fill no variable or happen inside another
+    initializer, `SeedGenerator`-seeded initializers (their generator advances), `Orthogonal` (on PyTorch
+    its draw is a transposed tensor, and a variable keeps that memory layout through `assign`, which
+    changes the float rounding of the layer's matmul) and other initializer classes. Keras' classes are
+    restored on leaving, errors included.
+    """
+
+    def __enter__(self):
+        from keras.src.backend.common.variables import Variable as KerasVariable
+        from keras.src.initializers.random_initializers import RandomInitializer
+
+        self.thread, self.filling, self.skipped, self.patched = threading.get_ident(), [], {}, []
+        classes, found = [RandomInitializer], []
+        while classes:
+            found.append(classes.pop())
+            classes += found[-1].__subclasses__()
+        for cls in found:
+            if cls.__name__ in _ELEMENTWISE_DRAWS and cls.__module__.startswith("keras."):
+                self._patch(cls, "__call__", self._draw)
+        self._patch(keras.Variable, "_initialize_with_initializer", self._fill)
+        self._patch(KerasVariable, "assign", self._assign)
+        return self
+
+    def __exit__(self, kind, *rest):
+        for cls, name, own in reversed(self.patched):
+            setattr(cls, name, own) if own is not None else delattr(cls, name)
+        for variable, initializer in self.skipped.values() if kind is None else ():
+            variable.assign(initializer(variable.shape, dtype=variable.dtype))
+        self.skipped.clear()
+        return False
+
+    def _patch(self, cls, name, make):
+        self.patched.append((cls, name, vars(cls).get(name)))
+        setattr(cls, name, functools.wraps(getattr(cls, name))(make(getattr(cls, name))))
+
+    def _draw(self, original):
+        def draw(initializer, shape, dtype=None, **kwargs):
+            filling = self.filling[-1] if self.filling else (None, None)
+            if initializer is not filling[1] or type(getattr(initializer, "seed", None)) is not int:
+                return original(initializer, shape, dtype=dtype, **kwargs)
+            self.skipped[id(filling[0])] = filling  # the variable's own initializer, not one inside it
+            return keras.ops.zeros(shape, dtype=dtype)
+
+        return draw
+
+    def _fill(self, original):
+        def fill(variable, initializer):
+            if threading.get_ident() != self.thread:
+                return original(variable, initializer)
+            self.filling.append((variable, initializer))
+            try:
+                return original(variable, initializer)
+            finally:
+                self.filling.pop()
+
+        return fill
+
+    def _assign(self, original):
+        def assign(variable, value):
+            self.skipped.pop(id(variable), None)  # a skipped variable is held, so its id is its own
+            return original(variable, value)
+
+        return assign

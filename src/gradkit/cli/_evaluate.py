@@ -154,7 +154,7 @@ def _join(args):
         )
     devices = keras.distribution.list_devices()  # every process's, in the same order on each
     keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
-    keras.utils.set_random_seed(args.seed)  # the same initial values on every process (JAX checks them)
+    backend.set_random_seed(args.seed)  # the same initial values on every process (JAX checks them)
 
 
 def _evaluate(model, x, y, options, args):

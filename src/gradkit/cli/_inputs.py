@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from gradkit import __version__, study
+from gradkit import __version__, _keras_internals, study
 from gradkit.boosting import load as load_boosted
 
 NPZ_PAIRS = (("x_test", "y_test"), ("x", "y"))
@@ -74,9 +74,10 @@ def load_model(path, model_fn=None, *, input_shape=None, n_classes=None):
             ) from err
         return model
     try:
-        if os.path.isdir(path):
-            return load_boosted(path)
-        model = keras.saving.load_model(path)
+        with _keras_internals.random_initializers_skipped():  # the file's values replace every draw
+            if os.path.isdir(path):
+                return load_boosted(path)
+            model = keras.saving.load_model(path)
     except InputError:
         raise
     except Exception as err:  # noqa: BLE001 - any loading failure is a bad MODEL

@@ -102,7 +102,8 @@ def logits_model(model, index=0):
 
     try:  # an uncompiled view first: clone_model recompiles a compiled model and fails on loss classes
         view = keras.Model(model.inputs, model.outputs, name=model.name)
-        clone = keras.models.clone_model(view, clone_function=clone_layer, recursive=True)
+        with _keras_internals.tensorflow_unasked():  # get_config would import TensorFlow on any backend
+            clone = keras.models.clone_model(view, clone_function=clone_layer, recursive=True)
     except Exception:  # noqa: BLE001 - any rebuild failure falls back to the probabilities
         return model, False
     same = all(
