@@ -198,11 +198,7 @@ class random_initializers_skipped:  # noqa: N801 - a context manager named for w
         from keras.src.initializers.random_initializers import RandomInitializer
 
         self.thread, self.filling, self.skipped, self.patched = threading.get_ident(), [], {}, []
-        classes, found = [RandomInitializer], []
-        while classes:
-            found.append(classes.pop())
-            classes += found[-1].__subclasses__()
-        for cls in found:
+        for cls in RandomInitializer.__subclasses__():  # Glorot, He, Lecun inherit VarianceScaling's
             if cls.__name__ in _ELEMENTWISE_DRAWS and cls.__module__.startswith("keras."):
                 self._patch(cls, "__call__", self._draw)
         self._patch(keras.Variable, "_initialize_with_initializer", self._fill)
