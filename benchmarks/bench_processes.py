@@ -20,6 +20,10 @@ start-up included:
   over both processes' devices: every compiled call's batch split between them, results gathered.
 
 Recorded: `two_over_one` (wall time; the median of `REPEATS` alternated runs; `mesh_over_one` on JAX),
+the CPU seconds of each candidate's processes (`one_cpu_seconds`, `two_cpu_seconds`), the cores one
+process keeps busy (`cores_busy_in_one`: a process that already uses both cores leaves a second one
+little to gain) and `two_over_one_cpu_floor` (two processes' CPU seconds spread over every core, over one
+process's wall time: no scheduling can bring two_over_one under it),
 the medians, the seconds the attacks took inside one process (from evaluation.json, to show they
 dominate; their compilations included) and the rest of that run's wall time (`other_seconds_in_one`:
 imports, model load, the clean pass, writing), the machine's load average before and after, and whether
@@ -38,6 +42,7 @@ quiet machine for a figure that means something (the load average is recorded be
 
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -112,8 +117,16 @@ def _command(n, model, out):
     return [[sys.executable, *evaluate]] * 2, [{**env, "JAX_PROCESS_ID": str(i)} for i in range(2)]
 
 
+def _cpu_seconds():
+    """User + system CPU seconds of every finished child process so far (grandchildren included)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _time(n, model, out):
+    """(wall seconds, CPU seconds of all its processes) of candidate `n`."""
     commands, envs = _command(n, model, out)
+    cpu = _cpu_seconds()
     start = time.perf_counter()
     procs = [
         subprocess.Popen(c, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -124,7 +137,7 @@ def _time(n, model, out):
         text = b"\n".join(errors).decode()
         said = [line for line in text.splitlines() if "error:" in line or "can't open file" in line]
         raise RuntimeError("\n".join(said) or text[-2000:])
-    return time.perf_counter() - start
+    return time.perf_counter() - start, _cpu_seconds() - cpu
 
 
 def _candidates():
@@ -138,9 +151,12 @@ def run():
     with tempfile.TemporaryDirectory() as folder:
         model = _model(folder)
         times = {n: [] for n in _candidates()}
+        cpu = {n: [] for n in times}
         for _ in range(REPEATS):
             for n in times:
-                times[n].append(_time(n, model, os.path.join(folder, f"out{n}")))
+                wall, used = _time(n, model, os.path.join(folder, f"out{n}"))
+                times[n].append(wall)
+                cpu[n].append(used)
         same = {n: open(os.path.join(folder, f"out{n}", "samples.csv")).read() for n in times}
         with open(os.path.join(folder, "out1", "evaluation.json")) as f:
             attack_seconds = sum(
@@ -156,6 +172,13 @@ def run():
         "attack_seconds_in_one": round(attack_seconds, 2),
         "other_seconds_in_one": round(times[1][-1] - attack_seconds, 2),
         "same_samples_csv": same[2] == same[1],
+        # How many cores the one process kept busy, and the floor its CPU work puts under two processes
+        # on this machine's cores: their CPU seconds (the attack's work split, the start-up paid twice)
+        # over the cores, against one process's wall time.
+        "one_cpu_seconds": round(float(np.median(cpu[1])), 2),
+        "two_cpu_seconds": round(float(np.median(cpu[2])), 2),
+        "cores_busy_in_one": round(float(np.median(cpu[1])) / median[1], 2),
+        "two_over_one_cpu_floor": round(float(np.median(cpu[2])) / (os.cpu_count() or 1) / median[1], 3),
     }
     if "thread" in times:  # PyTorch: how much of the ratio is torchrun's one thread per process
         record.update(
