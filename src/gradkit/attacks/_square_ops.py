@@ -20,6 +20,7 @@ from gradkit import backend
 from gradkit.attacks import _geometry as geometry
 
 REDRAWS = 8  # Linf: sign redraws when a proposal leaves the window unchanged (as `_square_proposals`)
+PATCH_FRACTION = 4  # Linf: windows up to a quarter of the image's side are summed over a gathered patch
 
 
 def draws(norm, channels):
@@ -28,11 +29,16 @@ def draws(norm, channels):
     return 2 + REDRAWS * channels if norm == float("inf") else 5 + channels
 
 
-def _edges(u_top, u_left, sh, sw, h, w):
-    """`(in_rows (n, h) bool, in_cols (n, w) bool, rows (n, h), cols (n, w))` of `window`."""
+def _corners(u_top, u_left, sh, sw, h, w):
+    """Uniform window corners `(top (n,), left (n,))` int32 of `sh x sw` windows in `h x w`."""
     top = ops.cast(ops.floor(u_top * ops.cast(h - sh + 1, "float32")), "int32")
     left = ops.cast(ops.floor(u_left * ops.cast(w - sw + 1, "float32")), "int32")
-    top, left = ops.minimum(top, h - sh), ops.minimum(left, w - sw)
+    return ops.minimum(top, h - sh), ops.minimum(left, w - sw)
+
+
+def _edges(u_top, u_left, sh, sw, h, w):
+    """`(in_rows (n, h) bool, in_cols (n, w) bool, rows (n, h), cols (n, w))` of `window`."""
+    top, left = _corners(u_top, u_left, sh, sw, h, w)
     rows = ops.expand_dims(ops.arange(h, dtype="int32"), 0) - ops.expand_dims(top, 1)
     cols = ops.expand_dims(ops.arange(w, dtype="int32"), 0) - ops.expand_dims(left, 1)
     return ops.logical_and(rows >= 0, rows < sh), ops.logical_and(cols >= 0, cols < sw), rows, cols
@@ -63,15 +69,64 @@ def _first_change(draws, unchanged):
     return ops.any(ops.logical_and(draws, ops.expand_dims(pick, 2)), axis=0)
 
 
+def _full_sums(best, ends, in_rows, in_cols):
+    """`window_sums` over the whole image (the window as a mask)."""
+    m = _channels(ops.logical_and(ops.expand_dims(in_rows, 2), ops.expand_dims(in_cols, 1)))
+    return ops.stack([ops.sum(ops.abs(end - best) * m, axis=(1, 2)) for end in ends])
+
+
+def _patch_sums(best, ends, top, left, sides, size, keep):
+    """`window_sums` over a gathered `size` patch that holds each sample's window (`sides <= size`)."""
+    n, h, w, c = best.shape
+    starts = ops.minimum(top, h - size[0]), ops.minimum(left, w - size[1])  # the patch inside the image
+    rows, cols = (ops.expand_dims(s, 1) + ops.arange(k, dtype="int32") for s, k in zip(starts, size))
+    in_rows = ops.logical_and(
+        ops.logical_and(rows >= ops.expand_dims(top, 1), keep), rows < ops.expand_dims(top + sides[0], 1)
+    )
+    in_cols = ops.logical_and(cols >= ops.expand_dims(left, 1), cols < ops.expand_dims(left + sides[1], 1))
+    first = ops.reshape(ops.arange(n, dtype="int32") * h, (n, 1, 1))
+    index = ops.reshape((first + ops.expand_dims(rows, 2)) * w + ops.expand_dims(cols, 1), (-1,))
+
+    def patch(a):
+        return ops.reshape(ops.take(ops.reshape(a, (-1, c)), index, axis=0), (n, size[0], size[1], c))
+
+    return _full_sums(patch(best), [patch(end) for end in ends], in_rows, in_cols)
+
+
+def window_sums(best, ends, top, left, sides, empty=None):
+    """Per (sample, channel) sums of `|end - best|` over each sample's window, for both `ends`: `(2, n, c)`
+    float32. The window of side `sides` `(sh, sw)` (int32 scalar tensors) at `(top, left)` `(n,)`; `empty`
+    (a bool scalar tensor, or None): where true, every window is empty (sums of zero).
+
+    Windows up to `1 / PATCH_FRACTION` of the image's side are summed over a patch of that size gathered
+    around them (a branch, one trace for every side), larger ones over the whole image as a mask: past
+    the first stages of `p`'s schedule a window is a few pixels of a 32 x 32 image."""
+    n, h, w, c = best.shape
+    keep = ops.ones((), "bool") if empty is None else ops.logical_not(empty)
+    size = (-(-h // PATCH_FRACTION), -(-w // PATCH_FRACTION))
+
+    def full():
+        rows = ops.expand_dims(ops.arange(h, dtype="int32"), 0) - ops.expand_dims(top, 1)
+        cols = ops.expand_dims(ops.arange(w, dtype="int32"), 0) - ops.expand_dims(left, 1)
+        in_rows = ops.logical_and(ops.logical_and(rows >= 0, rows < sides[0]), keep)
+        return _full_sums(best, ends, in_rows, ops.logical_and(cols >= 0, cols < sides[1]))
+
+    if size[0] >= h and size[1] >= w:
+        return full()
+    fits = ops.logical_and(sides[0] <= size[0], sides[1] <= size[1])
+    return ops.cond(fits, lambda: _patch_sums(best, ends, top, left, sides, size, keep), full)
+
+
 def linf_proposal(best, ends, sides, u, empty=None):
     """A random window of each sample set to `x0 +- eps` (one sign per channel), from the uniform draws
     `u` `(n, draws(inf, c))`.
 
     `ends` are the two clipped corners `[x0 + eps, x0 - eps]` (`_square_proposals.linf_ends`), `sides`
     the window's `(sh, sw)`; signs are redrawn (up to `REDRAWS` draws) where they would not change the
-    window, as in the authors' loop. `empty` (a bool scalar tensor, or None): where true, the window
-    is empty and the proposal is `best` itself."""
+    window, as in the authors' loop (whether a sign leaves the window as it is: `window_sums`). `empty`
+    (a bool scalar tensor, or None): where true, the window is empty and the proposal is `best` itself."""
     n, h, w, c = best.shape
+    top, left = _corners(u[:, 0], u[:, 1], sides[0], sides[1], h, w)
     in_rows, in_cols, _, _ = _edges(u[:, 0], u[:, 1], sides[0], sides[1], h, w)
     if empty is not None:
         in_rows = ops.logical_and(in_rows, ops.logical_not(empty))
@@ -84,7 +139,7 @@ def linf_proposal(best, ends, sides, u, empty=None):
     if backend.linf_window is not None:  # PyTorch: in one buffer
         return backend.linf_window(best, ends, in_rows, in_cols, tolerance, signs)
     m = _channels(ops.logical_and(ops.expand_dims(in_rows, 2), ops.expand_dims(in_cols, 1)))
-    unchanged = [ops.sum(ops.abs(end - best) * m, axis=(1, 2)) < tolerance for end in ends]  # (n, c)
+    unchanged = window_sums(best, ends, top, left, sides, empty) < tolerance  # (2, n, c)
     plus = ops.expand_dims(ops.expand_dims(signs(unchanged), 1), 1)
     return ops.where(m > 0, ops.where(plus, ends[0], ends[1]), best)
 

@@ -106,8 +106,12 @@ def tf_search(objective, propose, keep, draws):
         call.trace_count += 1
         return step(trainable, non_trainable, state, fixed)
 
+    from gradkit.backend._tf_dispatch import dispatcher
+
+    fast = dispatcher(traced)  # no per-call argument matching
+
     def call(*args):
-        return traced(*args)
+        return fast(*args)
 
     call.trace_count = 0
     return call

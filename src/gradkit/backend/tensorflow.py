@@ -18,6 +18,7 @@ from gradkit.backend._search import tf_fused as fused_update
 from gradkit.backend._search import tf_search as compile_search  # noqa: F401
 from gradkit.backend._search import tf_seed_state as seed_state  # noqa: F401
 from gradkit.backend._search import tf_uniform as uniform  # noqa: F401
+from gradkit.backend._tf_dispatch import dispatcher
 from gradkit.backend._tf_halves import half_gradients as _half_gradients
 from gradkit.backend._tf_logging import quiet_retracing  # noqa: F401
 from gradkit.backend._weight_stats import cond, stats_builder  # noqa: F401
@@ -92,8 +93,10 @@ def compile_step(objective, update):
             loss, aux = objective(trainable, non_trainable, x, fixed["y"], fixed["weights"])
         return fused(state, aux, _gradient(tape, loss, x), fixed)
 
+    fast = dispatcher(step)  # no per-call argument matching (0.4-0.8 ms a call)
+
     def call(*args):
-        return step(*args)
+        return fast(*args)
 
     call.trace_count = 0
     return call
