@@ -36,7 +36,9 @@ overhead_ci95, control_ratio, control_ci95, naive_ratio, the ratio of each pair 
 control_pair_ratios), the design and the settings. Section "diagnostics_fit" (issue 31): the same
 measurement (overhead_ratio, its interval, the control, the goal) for each variant of `VARIANTS`:
 every group but the noise scale, every group (`include="all"`: the noise scale's extra pass over half
-of each batch included), and the latter with `every_n_steps=100`; plain_s and tracked_s too.
+of each batch included), and the latter with `every_n_steps=100`; plain_s and tracked_s too. The
+variants "params_only", "updates_only" and "health_only" measure one group each (goal null): their
+overheads add up to "all_groups" less the shared bookkeeping, the measured floor of that variant.
 
     KERAS_BACKEND=jax python benchmarks/bench_norms.py
 
@@ -73,6 +75,11 @@ VARIANTS = {
     "all_groups": ({"include": GROUPS_BUT_NOISE}, 1.05),  # every group but noise_scale (and histograms)
     "all_groups_noise_scale": ({"include": "all"}, 1.15),  # every group, noise_scale included
     "all_groups_every_100": ({"include": "all", "every_n_steps": 100}, 1.01),
+    # One group at a time (no goal of their own): what each group's passes cost, the floor under
+    # "all_groups" where no backend's CPU compiler fuses separate reductions into one pass.
+    "params_only": ({"include": ("params",)}, None),  # one pass over the weights before the step
+    "updates_only": ({"include": ("updates",)}, None),  # the weights before and after, and their change
+    "health_only": ({"include": ("health",)}, None),  # max |g| and the zero count (two passes over g)
 }
 CHOSEN = [v for v in os.environ.get("BENCH_NORMS_VARIANTS", ",".join(VARIANTS)).split(",") if v]
 
@@ -250,6 +257,8 @@ def run():
             sections["grad_norm_fit"] = dict(
                 plain_s=float(np.median(plain_s)), tracked_s=float(np.median(tracked_s)), overhead=overhead
             )
+    if "all_groups" in CHOSEN:
+        sections["diagnostics_fit"]["statistics_alone"] = statistics_alone()
     if "grad_norm_fit" not in sections:
         return sections
     naive = []
@@ -276,6 +285,72 @@ def run():
         params=n_params,
     )
     return sections
+
+
+def compiled(fn):
+    """`fn` as the training step runs it: inside a jit (JAX), a tf.function (TensorFlow), eager (PyTorch)."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        jitted = jax.jit(fn)
+        return lambda *a: jax.block_until_ready(jitted(*a))
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        traced = tf.function(fn, autograph=False)
+        return lambda *a: keras.ops.convert_to_numpy(traced(*a))
+    return lambda *a: keras.ops.convert_to_numpy(fn(*a))
+
+
+def statistics_alone(reps=100, rounds=7):
+    """The floor under "all_groups": the per-weight statistics of every group but the noise scale
+    (`gradkit.backend.weight_stats`, as the step computes them) on the MLP's gradient-shaped tensors,
+    compiled alone, in ms per call (fastest of `rounds`), next to one column ("sq", a single pass over
+    the gradients, what "grad_norm" adds) and to the plain step's ms (the fastest of `rounds` fits)."""
+    from gradkit import backend
+    from gradkit.monitor import _groups
+
+    model = build()
+    shapes = [tuple(w.shape) for w in model.trainable_weights]
+    rng = np.random.RandomState(1)
+    draw = lambda: [keras.ops.convert_to_tensor(rng.randn(*s).astype(np.float32)) for s in shapes]  # noqa: E731
+    grads, before = draw(), draw()
+    after = [w - 0.01 * g for w, g in zip(before, grads)]
+    columns = _groups.columns(GROUPS_BUT_NOISE, None)
+
+    def best(fn, *args):
+        fn(*args)
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            for _ in range(reps):
+                fn(*args)
+            times.append((time.perf_counter() - start) / reps * 1e3)
+        return min(times)
+
+    stats = compiled(lambda g, w0, w1: backend.weight_stats(g, w0, w1, columns, shapes))
+    one = compiled(lambda g: backend.weight_stats(g, None, None, ("sq",), shapes))
+    rng2 = np.random.RandomState(0)
+    x = rng2.rand(STEPS * BATCH, 784).astype(np.float32)
+    y = rng2.randint(0, 10, STEPS * BATCH)
+    model.fit(x[:BATCH], y[:BATCH], batch_size=BATCH, verbose=0)
+    fits = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+        fits.append((time.perf_counter() - start) / STEPS * 1e3)
+    result = {
+        "columns": list(columns),
+        "statistics_ms": round(best(stats, grads, before, after), 4),
+        "one_pass_ms": round(best(one, grads), 4),
+        "plain_step_ms": round(min(fits), 4),
+        "load_average": [round(v, 1) for v in os.getloadavg()],
+    }
+    result["floor_ratio"] = round(1 + result["statistics_ms"] / result["plain_step_ms"], 4)
+    result["one_pass_ratio"] = round(1 + result["one_pass_ms"] / result["plain_step_ms"], 4)
+    print(f"statistics alone: {result}")
+    return result
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Eager PyTorch runs each tensor operation as called, so the L2 norms use the multi-tensor kernel
 (`torch._foreach_norm`: one call for every weight) rather than a few operations per weight. On the CPU
-the max |g| and the count of zeros are one `torch.aminmax` and one `torch.count_nonzero` per weight:
+the max |g| and the count of zeros are one `torch.aminmax` and one sum of |sign(g)| per weight:
 `_foreach_norm` of order inf and 0 has no vectorized CPU kernel (measured for the 1M-weight MLP of
 `benchmarks/bench_norms.py`, one thread: 2.8 ms and 0.57 ms a step, against 0.17 ms and 0.26 ms, on a
 10 ms step); on an accelerator they stay multi-tensor kernels. A non-finite entry is the one non-zero
@@ -36,6 +36,20 @@ def _max_abs(tensors):
     return torch.stack(out)
 
 
+def _count_nonzero(tensors, finite):
+    """The count of non-zero entries of each tensor on the CPU: the sum of |sign(t)| (one branch-free
+    pass) where every entry is finite and the count is exact in float32 (at most 2**24 entries);
+    else `torch.count_nonzero`, which branches per entry: measured 2.0-2.1 ms against 0.23-0.37 ms on
+    a 784x1024 gradient with 8% zeros, and 0.49 ms against 0.2 ms without zeros, on one thread."""
+    counts = []
+    for t in tensors:
+        if finite and t.numel() <= 2**24:
+            counts.append(t.sign().abs_().sum())
+        else:
+            counts.append(torch.count_nonzero(t).float())
+    return torch.stack(counts)
+
+
 def _columns(grads, before, after, columns, clip, half):
     out = {}
     needs_grads = [c for c in columns if c not in ("param_sq", "update_sq")]
@@ -44,12 +58,14 @@ def _columns(grads, before, after, columns, clip, half):
         cpu = grads[0].device.type == "cpu"
         if "max" in columns:
             out["max"] = _max_abs(grads) if cpu else _norms(grads, math.inf)
+        finite = None
+        if "nonfinite" in columns or ("zeros" in columns and cpu):  # one check for both
+            finite = bool(torch.isfinite(out["sq"]).all())
         if "zeros" in columns:
             sizes = torch.tensor([g.numel() for g in grads], device=grads[0].device)
-            nonzero = torch.stack([torch.count_nonzero(g) for g in grads]) if cpu else _norms(grads, 0.0)
+            nonzero = _count_nonzero(grads, finite) if cpu else _norms(grads, 0.0)
             out["zeros"] = sizes - nonzero
-        if "nonfinite" in columns:  # counted only where a squared norm is not finite (one check)
-            finite = bool(torch.isfinite(out["sq"]).all())
+        if "nonfinite" in columns:  # counted only where a squared norm is not finite
             out["nonfinite"] = out["sq"] * 0.0 if finite else _norms(torch._foreach_sub(grads, grads), 0.0)
         if "clip_sq" in columns:
             out["clip_sq"] = _norms([g.clamp(-clip, clip) for g in grads], 2.0).square()
