@@ -121,6 +121,37 @@ def test_tensorflow_plain_step_returns_what_the_class_step_returns():
     assert "grad_norm" in tracked.structured_outputs
 
 
+def jax_program(model, function):
+    """The compiled program (XLA) of Keras' jitted JAX training step inside `function`, and its logs' keys."""
+    import collections
+    import inspect
+    import re
+
+    import jax
+
+    jitted = inspect.getclosurevars(function).nonlocals["step_function"]
+    groups = (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables)
+    state = tuple([v.value for v in group] for group in (*groups, model.metrics_variables))
+    data = (jax.numpy.zeros((2, 4)), jax.numpy.zeros((2,), "int32"))
+    logs = jax.eval_shape(jitted, state, data)[0]
+    text = jitted.lower(state, data).compile().as_text()
+    return collections.Counter(re.findall(r"= \S+ (\w[\w-]*)\(", text)), sorted(logs)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="JAX's compiled programs")
+def test_jax_plain_step_computes_what_the_class_step_computes():
+    untracked, model = mlp(keras.optimizers.SGD(0.0)), mlp(keras.optimizers.SGD(0.0))
+    track_gradient_norm(model, include="all", every_n_steps=3)
+    for m in (untracked, model):
+        fit(m, X, Y, batch_size=2, epochs=1)  # builds the optimizers and the training functions
+    expected, keys = jax_program(untracked, untracked.train_function)
+    plain, plain_keys = jax_program(model, model.train_function.plain)
+    # The metric's variables pass through (parameters, aliased outputs); nothing of it is computed.
+    plain["parameter"] -= len(model.metrics_variables) - len(untracked.metrics_variables)
+    assert plain == expected and plain_keys == keys == ["loss"]
+    assert "grad_norm" in jax_program(model, model.train_function.tracked)[1]
+
+
 def test_gradient_accumulation_runs_the_tracked_step_on_recorded_updates_only():
     model = mlp(keras.optimizers.SGD(0.0, gradient_accumulation_steps=2))
     g = [gradkit.weight_gradients(model, X[i : i + 2], Y[i : i + 2]) for i in range(0, 8, 2)]

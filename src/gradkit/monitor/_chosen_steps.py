@@ -7,9 +7,9 @@ TensorFlow they are read (copy on write) and the optimizer's counter with them. 
 knows the index of every step, `fit` gets two training functions, both built by Keras' own
 `make_train_function`: one from the class's `train_step` (`backend.plain_train_step`), run on the
 steps that record nothing, and one from the tracked step, run on the recorded ones (which then records
-without a conditional). `ChosenTrainFunction` picks one per call. On TensorFlow the plain step's graph
-is the untracked model's: the metric reports nothing there, and the host adds the last recorded
-step's values to its logs (`GradientNormMetric.keep` and `complete`).
+without a conditional). `ChosenTrainFunction` picks one per call. On TensorFlow and JAX the plain
+step's graph is the untracked model's: the metric reports nothing there, and the host adds the last
+recorded step's values to its logs (`GradientNormMetric.keep` and `complete`).
 
 The host knows the index of every step in one of two ways (`how_to_count`):
 
@@ -54,7 +54,7 @@ class ChosenTrainFunction:
         plain: the training function Keras built from the class's step.
         tracked: the one built from the tracked step.
         metric: the `GradientNormMetric` that keeps a recorded step's logs and completes those of the
-            plain step, where that step reports none of its keys (TensorFlow's), else None.
+            plain step, where that step reports none of its keys (TensorFlow's, JAX's), else None.
         counter: the optimizer's counter variable (its `iterations` before accumulation).
         every_n_steps: int >= 1, record every n-th applied update.
         steps: the optimizer's `gradient_accumulation_steps` (None: none).
@@ -89,10 +89,11 @@ class ChosenTrainFunction:
         self.iteration += 1  # only once the step ran (an exhausted iterator raises before)
         if self.metric is None:
             return result
+        pair = isinstance(result, tuple)  # JAX's training functions return (logs, state)
         if recorded:
-            self.metric.keep(result)
+            self.metric.keep(result[0] if pair else result)
             return result
-        return self.metric.complete(result)
+        return (self.metric.complete(result[0]), *result[1:]) if pair else self.metric.complete(result)
 
 
 def make_train_function_of(model, metric, plain_step, tracked_step, every_n_steps, mode):
