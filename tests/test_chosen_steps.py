@@ -61,6 +61,97 @@ def test_only_recorded_steps_run_the_tracked_step_across_epochs_and_fits(monkeyp
     assert history["grad_norm"][0] == pytest.approx(b[1], rel=1e-5)
 
 
+class AllLogs(keras.callbacks.Callback):
+    def __init__(self, names):
+        super().__init__()
+        self.names, self.rows = names, []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.rows.append([float(logs[name]) for name in self.names])
+
+
+def test_skipped_steps_log_the_last_recorded_values_of_every_key():
+    model = mlp(keras.optimizers.SGD(0.0))  # weights fixed: step i's norm is its batch's
+    b = [gradkit.gradient_norm(model, X[i : i + 2], Y[i : i + 2]) for i in range(0, 8, 2)]
+    track_gradient_norm(model, include="all", every_n_steps=3)
+    names = _tracking.tracked_metric(model).names
+    calls, logs = counted(model), AllLogs(names)
+    history = fit(model, X, Y, logs, batch_size=2, epochs=2)  # optimizer steps 0-7: 0, 3, 6 recorded
+    assert calls == ["tracked", "plain", "plain", "tracked", "plain", "plain", "tracked", "plain"]
+    rows = np.asarray(logs.rows)
+    # A skipped step logs what the last recorded step logged (the running means it leaves unchanged);
+    # after the epoch's reset, before its first recorded step, the last recorded step's own values.
+    for skipped, source in [(1, 0), (2, 0), (5, 4), (7, 6)]:
+        np.testing.assert_array_equal(rows[skipped], rows[source])
+    grad_norm = rows[:, names.index("grad_norm")]
+    np.testing.assert_allclose(
+        grad_norm, [b[0], b[0], b[0], (b[0] + b[3]) / 2, b[3], b[3], b[2], b[2]], rtol=1e-5
+    )
+    assert np.all(grad_norm > 0.0)  # never a made-up 0
+    assert history["grad_norm"] == pytest.approx([(b[0] + b[3]) / 2, b[2]], rel=1e-5)
+
+
+def step_graph(function, data):
+    """The graph of the one-step `tf.function` inside a training function Keras' TensorFlow trainer made."""
+    import inspect
+
+    one_step = inspect.getclosurevars(function).nonlocals["one_step_on_data"]
+    return one_step.__wrapped__.get_concrete_function(data).graph  # under Keras' Optional unwrapping
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow's traced graphs")
+def test_tensorflow_plain_step_returns_what_the_class_step_returns():
+    import collections
+
+    import tensorflow as tf
+
+    data = (tf.zeros((2, 4)), tf.zeros((2,), "int64"))
+    untracked = mlp(keras.optimizers.SGD(0.0))
+    untracked.make_train_function()
+    expected = step_graph(untracked.train_function, data)
+    model = mlp(keras.optimizers.SGD(0.0))
+    track_gradient_norm(model, include="all", every_n_steps=3)
+    function = model.make_train_function()
+    plain, tracked = step_graph(function.plain, data), step_graph(function.tracked, data)
+    # The skipped step's graph is the untracked model's: the metric's variables are not even read.
+    kinds = [collections.Counter(op.type for op in g.get_operations()) for g in (expected, plain)]
+    assert kinds[0] == kinds[1] and len(plain.get_operations()) == len(expected.get_operations())
+    assert sorted(plain.structured_outputs) == sorted(expected.structured_outputs) == ["loss"]
+    assert len(tracked.get_operations()) > len(plain.get_operations())  # the tracked one records
+    assert "grad_norm" in tracked.structured_outputs
+
+
+def jax_program(model, function):
+    """The compiled program (XLA) of Keras' jitted JAX training step inside `function`, and its logs' keys."""
+    import collections
+    import inspect
+    import re
+
+    import jax
+
+    jitted = inspect.getclosurevars(function).nonlocals["step_function"]
+    groups = (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables)
+    state = tuple([v.value for v in group] for group in (*groups, model.metrics_variables))
+    data = (jax.numpy.zeros((2, 4)), jax.numpy.zeros((2,), "int32"))
+    logs = jax.eval_shape(jitted, state, data)[0]
+    text = jitted.lower(state, data).compile().as_text()
+    return collections.Counter(re.findall(r"= \S+ (\w[\w-]*)\(", text)), sorted(logs)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="JAX's compiled programs")
+def test_jax_plain_step_computes_what_the_class_step_computes():
+    untracked, model = mlp(keras.optimizers.SGD(0.0)), mlp(keras.optimizers.SGD(0.0))
+    track_gradient_norm(model, include="all", every_n_steps=3)
+    for m in (untracked, model):
+        fit(m, X, Y, batch_size=2, epochs=1)  # builds the optimizers and the training functions
+    expected, keys = jax_program(untracked, untracked.train_function)
+    plain, plain_keys = jax_program(model, model.train_function.plain)
+    # The metric's variables pass through (parameters, aliased outputs); nothing of it is computed.
+    plain["parameter"] -= len(model.metrics_variables) - len(untracked.metrics_variables)
+    assert plain == expected and plain_keys == keys == ["loss"]
+    assert "grad_norm" in jax_program(model, model.train_function.tracked)[1]
+
+
 def test_gradient_accumulation_runs_the_tracked_step_on_recorded_updates_only():
     model = mlp(keras.optimizers.SGD(0.0, gradient_accumulation_steps=2))
     g = [gradkit.weight_gradients(model, X[i : i + 2], Y[i : i + 2]) for i in range(0, 8, 2)]

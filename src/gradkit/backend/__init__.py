@@ -79,7 +79,10 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   `norms_fn.needs_weights`, it is called `norms_fn(grads, scale, before, after)` with the trainable
   weights' values before and after the update (PyTorch copies them only where `norms_fn.sampled()`).
 - `plain_train_step(metric, step_cls, model)`: the class's training step untouched (the steps that
-  `every_n_steps` leaves out run it), its logs completed with `metric`'s keys where it reports no metrics.
+  `every_n_steps` leaves out run it), its logs completed with `metric`'s keys where it reports no metrics
+  (PyTorch). On TensorFlow and JAX `metric` reports nothing while it is traced (`metric.quiet()`), so
+  its graph computes nothing of `metric`'s, and its logs lack `metric`'s keys (the step has
+  `quiet = True`): `gradkit.monitor` adds them on the host (`GradientNormMetric.complete`).
 - `input_ascent(forward, loss_of, x, update, steps)`: the inner attack of adversarial
   training, run inside the training step: `steps` times `x <- update(x, grad_x loss_of(forward(x)))`,
   the gradient w.r.t. `x` alone, the result cut from the outer gradient (`gradkit.training`).

@@ -89,15 +89,14 @@ def wrap_train_step(model, metric, norms_fn):
 
 
 def plain_train_step(metric, step_cls, model):
-    """The class's `train_step(state, data)`, untouched; its logs get the norm metric's keys (its
-    current result) only where that step does not report the model's metrics."""
+    """The class's `train_step(state, data)`, untouched: `metric` reports nothing while it is traced
+    (`quiet`), so the program computes none of its means and its logs hold none of its keys (each a
+    kernel in the program and an array that Keras' callbacks convert every step);
+    `gradkit.monitor` adds them on the host (`GradientNormMetric.complete`)."""
 
     def train_step(state, data):
-        logs, new_state = step_cls.train_step(model, state, data)
-        if all(key in logs for key in metric.result_names()):
-            return logs, new_state
-        ids = [id(v) for v in model.metrics_variables]
-        values = [new_state[3][ids.index(id(v))] for v in metric.variables]
-        return {**logs, **metric.stateless_result(values)}, new_state
+        with metric.quiet():
+            return step_cls.train_step(model, state, data)
 
+    train_step.quiet = True
     return train_step

@@ -7,7 +7,9 @@ TensorFlow they are read (copy on write) and the optimizer's counter with them. 
 knows the index of every step, `fit` gets two training functions, both built by Keras' own
 `make_train_function`: one from the class's `train_step` (`backend.plain_train_step`), run on the
 steps that record nothing, and one from the tracked step, run on the recorded ones (which then records
-without a conditional). `ChosenTrainFunction` picks one per call.
+without a conditional). `ChosenTrainFunction` picks one per call. On TensorFlow and JAX the plain
+step's graph is the untracked model's: the metric reports nothing there, and the host adds the last
+recorded step's values to its logs (`GradientNormMetric.keep` and `complete`).
 
 The host knows the index of every step in one of two ways (`how_to_count`):
 
@@ -51,6 +53,8 @@ class ChosenTrainFunction:
     Args:
         plain: the training function Keras built from the class's step.
         tracked: the one built from the tracked step.
+        metric: the `GradientNormMetric` that keeps a recorded step's logs and completes those of the
+            plain step, where that step reports none of its keys (TensorFlow's, JAX's), else None.
         counter: the optimizer's counter variable (its `iterations` before accumulation).
         every_n_steps: int >= 1, record every n-th applied update.
         steps: the optimizer's `gradient_accumulation_steps` (None: none).
@@ -63,8 +67,8 @@ class ChosenTrainFunction:
         iteration: int, the optimizer's counter before the next call.
     """
 
-    def __init__(self, plain, tracked, counter, every_n_steps, steps, mode, read=False, span=1):
-        self.plain, self.tracked, self.counter, self.mode = plain, tracked, counter, mode
+    def __init__(self, plain, tracked, metric, counter, every_n_steps, steps, mode, read=False, span=1):
+        self.plain, self.tracked, self.metric, self.counter, self.mode = plain, tracked, metric, counter, mode
         self.every_n_steps, self.steps, self.read, self.span = every_n_steps, steps, read, span
         self.restart()
 
@@ -83,10 +87,16 @@ class ChosenTrainFunction:
         finally:
             self.mode["plain"] = False
         self.iteration += 1  # only once the step ran (an exhausted iterator raises before)
-        return result
+        if self.metric is None:
+            return result
+        pair = isinstance(result, tuple)  # JAX's training functions return (logs, state)
+        if recorded:
+            self.metric.keep(result[0] if pair else result)
+            return result
+        return (self.metric.complete(result[0]), *result[1:]) if pair else self.metric.complete(result)
 
 
-def make_train_function_of(model, plain_step, tracked_step, every_n_steps, mode):
+def make_train_function_of(model, metric, plain_step, tracked_step, every_n_steps, mode):
     """The `make_train_function(force=False)` to install on `model`: Keras' own, run once per step
     function; `mode["chosen"]` tells the tracked step whether it runs only on recorded steps."""
     step_cls = type(model)
@@ -113,11 +123,12 @@ def make_train_function_of(model, plain_step, tracked_step, every_n_steps, mode)
                 built.append(model.train_function)
         finally:
             vars(model)["train_step"] = installed
+        keeper = metric if getattr(plain_step, "quiet", False) else None  # the plain logs lack its keys
         optimizer = inner_optimizer(model.optimizer)
         counter = _keras_internals.optimizer_iterations(optimizer)
         steps = getattr(optimizer, "gradient_accumulation_steps", None)
         model.train_function = ChosenTrainFunction(
-            *built, counter, every_n_steps, steps, mode, read=how == "read", span=span
+            *built, keeper, counter, every_n_steps, steps, mode, read=how == "read", span=span
         )
         return model.train_function
 

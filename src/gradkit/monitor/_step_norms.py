@@ -6,6 +6,8 @@ PyTorch's CPU): they pass it to `gradkit.backend` (`group_norms`, `divide_norms`
 `norm_means`) and never look inside.
 """
 
+import contextlib
+
 import keras
 import numpy as np
 
@@ -86,6 +88,11 @@ class GradientNormMetric(keras.metrics.Metric):
     reset: the averages run across epochs and `fit` calls) smooths them (`_noise_scale`), the step's
     value of each noise key is the smoothed ratio, and `result()` gives that of the last counted step.
 
+    The steps that `every_n_steps` skips run the class's own training step (`_chosen_steps`). On
+    TensorFlow and JAX the metric reports nothing while that step is traced (`quiet`), so its graph
+    computes nothing of the metric's; the host completes its logs (`complete`) with the values of the
+    last recorded step (`keep`), as Python floats, until `reset_state`.
+
     Args:
         names: list of k log keys (`"grad_norm"`, then `"grad_norm/<layer name>"`...).
         name: the metric's name. Defaults to `"grad_norm"`.
@@ -109,6 +116,14 @@ class GradientNormMetric(keras.metrics.Metric):
             self.ema = self.add_variable(shape=(size,), initializer="zeros", name="ema")
         self._set_host(None, None)  # the running sums and last values on the host, once there are any
         object.__setattr__(self, "_host_ema", None)
+        object.__setattr__(self, "_quiet", False)
+        object.__setattr__(self, "_last_copy", None)
+        self._keep(None, None)
+
+    def _keep(self, logs, floats):
+        # The last recorded step's logs (as the step returned them), and their values as Python floats.
+        object.__setattr__(self, "_kept", logs)
+        object.__setattr__(self, "_kept_floats", floats)
 
     def _set_host(self, sums, last):
         # Not through Metric.__setattr__: its tracker would wrap the lists in tracked lists.
@@ -176,8 +191,52 @@ class GradientNormMetric(keras.metrics.Metric):
     def reset_state(self):
         self.sums.assign(keras.ops.zeros(self.sums.shape, "float32"))
         self._set_host(None, self._host_last)
+        self._keep(None, None)
+        # Until the next counted step, `result()` is the last one's values (`complete` reads them): a
+        # copy, as JAX's `fit` detaches the variables and donates their buffers to its steps.
+        object.__setattr__(self, "_last_copy", keras.ops.copy(self.last.value))
+
+    @contextlib.contextmanager
+    def quiet(self):
+        """A context in which `result()` reports nothing (`{}`): TF and JAX trace the plain step in it."""
+        object.__setattr__(self, "_quiet", True)
+        try:
+            yield
+        finally:
+            object.__setattr__(self, "_quiet", False)
+
+    def keep(self, logs):
+        """Keeps the logs of a recorded step (a reference; nothing is read) for `complete`."""
+        self._keep(logs, None)
+
+    def complete(self, logs):
+        """`logs`, with the metric's keys added where the step reported none (the plain step of TF, JAX).
+
+        Args:
+            logs: dict, the logs a training function returned.
+
+        Returns:
+            `logs` where it has every key of `names`; else a new dict with the values of the last
+            recorded step kept by `keep`, or (none since `reset_state`) those of the last counted
+            step (what `result()` gives then), read once as Python floats (the steps that record
+            nothing leave the metric unchanged).
+        """
+        if all(name in logs for name in self.names):
+            return logs
+        if self._kept_floats is None:
+            if self._kept is not None:
+                floats = [float(self._kept[name]) for name in self.names]
+            elif self._host_last is not None:
+                floats = [float(value) for value in self._host_last]
+            else:
+                last = self._last_copy if self._last_copy is not None else self.last.value
+                floats = np.asarray(keras.ops.convert_to_numpy(last), np.float64).tolist()
+            self._keep(self._kept, dict(zip(self.names, floats)))
+        return {**logs, **self._kept_floats}
 
     def result(self):
+        if self._quiet:
+            return {}
         out = backend.norm_means(self.sums, self._host_sums, self.names, self.last, self._host_last)
         for i in self.noise_slots:  # the smoothed value after the last counted step, not a mean
             out[self.names[i]] = self._host_last[i] if self._host_last is not None else self.last.value[i]

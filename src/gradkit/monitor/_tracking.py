@@ -146,7 +146,7 @@ def _make_steps(model, metric, layers, groups, every_n_steps):
         return plain_train(*args) if mode["plain"] else tracked_train(*args)
 
     train_step._gradkit = metric
-    make = make_train_function_of(model, plain_train, tracked_train, every_n_steps, mode)
+    make = make_train_function_of(model, metric, plain_train, tracked_train, every_n_steps, mode)
     return train_step, test_step, make
 
 
