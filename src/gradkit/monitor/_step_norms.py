@@ -115,9 +115,8 @@ class GradientNormMetric(keras.metrics.Metric):
             size = 2 * len(self.noise_slots) + 1
             self.ema = self.add_variable(shape=(size,), initializer="zeros", name="ema")
         self._set_host(None, None)  # the running sums and last values on the host, once there are any
-        object.__setattr__(self, "_host_ema", None)
-        object.__setattr__(self, "_quiet", False)
-        object.__setattr__(self, "_last_copy", None)
+        for attribute, value in [("_host_ema", None), ("_quiet", False), ("_last_copy", None)]:
+            object.__setattr__(self, attribute, value)
         self._keep(None, None)
 
     def _keep(self, logs, floats):
@@ -205,8 +204,7 @@ class GradientNormMetric(keras.metrics.Metric):
         finally:
             object.__setattr__(self, "_quiet", False)
 
-    def keep(self, logs):
-        """Keeps the logs of a recorded step (a reference; nothing is read) for `complete`."""
+    def keep(self, logs):  # the logs of a recorded step, for `complete` (a reference: nothing read)
         self._keep(logs, None)
 
     def complete(self, logs):
@@ -216,10 +214,8 @@ class GradientNormMetric(keras.metrics.Metric):
             logs: dict, the logs a training function returned.
 
         Returns:
-            `logs` where it has every key of `names`; else a new dict with the values of the last
-            recorded step kept by `keep`, or (none since `reset_state`) those of the last counted
-            step (what `result()` gives then), read once as Python floats (the steps that record
-            nothing leave the metric unchanged).
+            `logs` where it has every key of `names`; else a new dict with, as Python floats read once,
+            the values of the last recorded step (`keep`), or of the last counted one before it.
         """
         if all(name in logs for name in self.names):
             return logs
