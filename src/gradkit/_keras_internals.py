@@ -1,8 +1,8 @@
 """Every access to a private Keras attribute, one named function each.
 
-gradkit reads a few attributes that Keras 3 keeps private. They live here, and nowhere else, so that a
-Keras upgrade that renames one breaks one function with one test, not a hunt through the code base.
-Checked against Keras 3.15. Each function degrades to a documented default when the attribute is gone.
+gradkit reads a few attributes that Keras 3 keeps private, here and nowhere else: a Keras upgrade that
+renames one breaks one function with one test. Checked against Keras 3.15. Each function degrades to a
+documented default when the attribute is gone.
 """
 
 import functools
@@ -154,14 +154,16 @@ class tensorflow_unasked:  # noqa: N801 - a context manager named for what it do
     Keras' `serialize_keras_object` (under every layer's `get_config`, hence `clone_model`) asks
     `isinstance(obj, tf.TensorShape)` and imports TensorFlow for it on every backend: 2-11 s of a JAX or
     PyTorch process. Where TensorFlow is not imported yet no value can be one of its types, so the answer
-    is the same without the import. A no-op where TensorFlow is imported (its backend) or already asked
-    about; restored on leaving. TensorFlow-only Keras layers (`StringLookup`, ...) made inside the block
-    would say TensorFlow is missing.
+    is the same without the import. A no-op where TensorFlow is imported or already asked about;
+    restored on leaving. TensorFlow-only layers (`StringLookup`) made in the block would find it missing.
     """
 
     def __enter__(self):
-        from keras.src.utils import module_utils
-
+        self.unasked = False
+        try:  # a Keras without this module: a no-op
+            from keras.src.utils import module_utils
+        except ImportError:
+            return self
         self.lazy = module_utils.tensorflow  # vars(): getattr on the lazy module would import TensorFlow
         self.unasked = vars(self.lazy).get("_available", False) is None and "tensorflow" not in sys.modules
         if self.unasked:
@@ -194,10 +196,12 @@ class random_initializers_skipped:  # noqa: N801 - a context manager named for w
     """
 
     def __enter__(self):
-        from keras.src.backend.common.variables import Variable as KerasVariable
-        from keras.src.initializers.random_initializers import RandomInitializer
-
         self.thread, self.filling, self.skipped, self.patched = threading.get_ident(), [], {}, []
+        try:  # a Keras without these: a no-op (every draw made)
+            from keras.src.backend.common.variables import Variable as KerasVariable
+            from keras.src.initializers.random_initializers import RandomInitializer
+        except ImportError:
+            return self
         for cls in RandomInitializer.__subclasses__():  # Glorot, He, Lecun inherit VarianceScaling's
             if cls.__name__ in _ELEMENTWISE_DRAWS and cls.__module__.startswith("keras."):
                 self._patch(cls, "__call__", self._draw)
