@@ -1,8 +1,7 @@
 """Every access to a private Keras attribute, one named function each.
 
-gradkit reads a few attributes that Keras 3 keeps private, here and nowhere else: a Keras upgrade that
-renames one breaks one function with one test. Checked against Keras 3.15. Each function degrades to a
-documented default when the attribute is gone.
+gradkit reads a few attributes Keras 3 keeps private, here only: an upgrade that renames one breaks one
+function with one test. Checked against Keras 3.15. Each degrades to a documented default if it is gone.
 """
 
 import functools
