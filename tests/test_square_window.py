@@ -19,7 +19,8 @@ def _tensor(a):
 
 def _mask_sums(best, ends, u, sides, h, w):
     """The previous formula: the window as a float mask over the whole image."""
-    in_rows, in_cols, _, _ = _square_ops._edges(u[:, 0], u[:, 1], sides[0], sides[1], h, w)
+    corners = _square_ops._corners(u[:, 0], u[:, 1], sides[0], sides[1], h, w)
+    in_rows, in_cols, _, _ = _square_ops._edges(*corners, sides[0], sides[1], h, w)
     m = ops.expand_dims(ops.cast(ops.logical_and(ops.expand_dims(in_rows, 2), ops.expand_dims(in_cols, 1)),
                                  "float32"), -1)  # fmt: skip
     return np.stack([backend.to_numpy(ops.sum(ops.abs(end - best) * m, axis=(1, 2))) for end in ends])

@@ -36,9 +36,9 @@ def _corners(u_top, u_left, sh, sw, h, w):
     return ops.minimum(top, h - sh), ops.minimum(left, w - sw)
 
 
-def _edges(u_top, u_left, sh, sw, h, w):
-    """`(in_rows (n, h) bool, in_cols (n, w) bool, rows (n, h), cols (n, w))` of `window`."""
-    top, left = _corners(u_top, u_left, sh, sw, h, w)
+def _edges(top, left, sh, sw, h, w):
+    """`(in_rows (n, h) bool, in_cols (n, w) bool, rows (n, h), cols (n, w))` of the windows at the
+    corners `(top, left)` (`_corners`)."""
     rows = ops.expand_dims(ops.arange(h, dtype="int32"), 0) - ops.expand_dims(top, 1)
     cols = ops.expand_dims(ops.arange(w, dtype="int32"), 0) - ops.expand_dims(left, 1)
     return ops.logical_and(rows >= 0, rows < sh), ops.logical_and(cols >= 0, cols < sw), rows, cols
@@ -48,7 +48,7 @@ def window(u_top, u_left, sh, sw, h, w):
     """Per-sample windows of side `(sh, sw)` (int32 scalar tensors) at uniform corners from the uniform
     draws `u_top`, `u_left` `(n,)`: `(mask (n, h, w) bool, rows (n, h), cols (n, w))`, each pixel's
     offsets from its sample's corner."""
-    in_rows, in_cols, rows, cols = _edges(u_top, u_left, sh, sw, h, w)
+    in_rows, in_cols, rows, cols = _edges(*_corners(u_top, u_left, sh, sw, h, w), sh, sw, h, w)
     return ops.logical_and(ops.expand_dims(in_rows, 2), ops.expand_dims(in_cols, 1)), rows, cols
 
 
@@ -106,10 +106,8 @@ def window_sums(best, ends, top, left, sides, empty=None):
     size = (-(-h // PATCH_FRACTION), -(-w // PATCH_FRACTION))
 
     def full():
-        rows = ops.expand_dims(ops.arange(h, dtype="int32"), 0) - ops.expand_dims(top, 1)
-        cols = ops.expand_dims(ops.arange(w, dtype="int32"), 0) - ops.expand_dims(left, 1)
-        in_rows = ops.logical_and(ops.logical_and(rows >= 0, rows < sides[0]), keep)
-        return _full_sums(best, ends, in_rows, ops.logical_and(cols >= 0, cols < sides[1]))
+        in_rows, in_cols, _, _ = _edges(top, left, sides[0], sides[1], h, w)
+        return _full_sums(best, ends, ops.logical_and(in_rows, keep), in_cols)
 
     if size[0] >= h and size[1] >= w:
         return full()
@@ -127,7 +125,7 @@ def linf_proposal(best, ends, sides, u, empty=None):
     (a bool scalar tensor, or None): where true, the window is empty and the proposal is `best` itself."""
     n, h, w, c = best.shape
     top, left = _corners(u[:, 0], u[:, 1], sides[0], sides[1], h, w)
-    in_rows, in_cols, _, _ = _edges(u[:, 0], u[:, 1], sides[0], sides[1], h, w)
+    in_rows, in_cols, _, _ = _edges(top, left, sides[0], sides[1], h, w)
     if empty is not None:
         in_rows = ops.logical_and(in_rows, ops.logical_not(empty))
     tolerance = 1e-7 * ops.cast(sides[0] * sides[1], "float32")

@@ -1,6 +1,6 @@
-"""The JAX training step that records the diagnostics of the gradients it applies (`wrap_train_step`)
-and the class's own step for the steps that record nothing (`plain_train_step`); see
-`gradkit.backend` and `gradkit.monitor`."""
+"""The JAX training step that records the diagnostics of the gradients it applies (`wrap_train_step`;
+the steps that record nothing run `_common.quiet_train_step`); see `gradkit.backend` and
+`gradkit.monitor`."""
 
 import jax
 import jax.numpy as jnp
@@ -86,17 +86,3 @@ def wrap_train_step(model, metric, norms_fn):
         return logs, state
 
     return train_step, test_step
-
-
-def plain_train_step(metric, step_cls, model):
-    """The class's `train_step(state, data)`, untouched: `metric` reports nothing while it is traced
-    (`quiet`), so the program computes none of its means and its logs hold none of its keys (each a
-    kernel in the program and an array that Keras' callbacks convert every step);
-    `gradkit.monitor` adds them on the host (`GradientNormMetric.complete`)."""
-
-    def train_step(state, data):
-        with metric.quiet():
-            return step_cls.train_step(model, state, data)
-
-    train_step.quiet = True
-    return train_step

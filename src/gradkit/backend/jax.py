@@ -4,10 +4,11 @@ import jax
 import jax.numpy as jnp
 
 from gradkit.backend._common import bind_all_but_x, quiet_retracing, set_random_seed, stateless_call  # noqa: F401
+from gradkit.backend._common import quiet_train_step as plain_train_step  # noqa: F401
 from gradkit.backend._common import xla_determinism as enable_determinism  # noqa: F401
 from gradkit.backend._jax_connected import check_connected as _check_connected
 from gradkit.backend._jax_distribution import batch_multiple, distribute_batch, to_numpy  # noqa: F401
-from gradkit.backend._jax_train_step import plain_train_step, wrap_train_step  # noqa: F401
+from gradkit.backend._jax_train_step import wrap_train_step  # noqa: F401
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
 from gradkit.backend._search import jax_search as compile_search  # noqa: F401
 from gradkit.backend._search import jax_seed_state as seed_state  # noqa: F401

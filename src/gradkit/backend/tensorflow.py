@@ -12,6 +12,7 @@ from gradkit.backend._common import (  # noqa: F401
     test_step_without,
     values_before_step,
 )
+from gradkit.backend._common import quiet_train_step as plain_train_step  # noqa: F401
 from gradkit.backend._norm_values import applied_norms, divide_norms, norm_adder, norm_means  # noqa: F401
 from gradkit.backend._search import tf_fused as fused_update
 from gradkit.backend._search import tf_search as compile_search  # noqa: F401
@@ -180,20 +181,6 @@ def wrap_train_step(model, metric, norms_fn):
         return logs
 
     return train_step, test_step_without(metric, step_cls, model)
-
-
-def plain_train_step(metric, step_cls, model):
-    """The class's `train_step(data)`, untouched: `metric` reports nothing while it is traced (`quiet`),
-    so the graph is the untracked model's, without a read of the metric's variables (measured: a step
-    of a 1M-weight MLP was 1.04x the untracked one with them); `gradkit.monitor` adds the metric's keys
-    to its logs on the host (`GradientNormMetric.complete`)."""
-
-    def train_step(data):
-        with metric.quiet():
-            return step_cls.train_step(model, data)
-
-    train_step.quiet = True
-    return train_step
 
 
 def compile_forward(fn):
