@@ -12,6 +12,13 @@ device-resident arrays. PGD with `keep="last"` is compared with the hand PGD, PG
 loop this branch replaced (one `AttackGradient` call and the numpy geometry per step, as
 `attacks/_loop.py` did), for the before/after ratio. All timed alternately in one run (`alternating`,
 medians); the load average before and after and the min-max spread are recorded.
+
+gradkit runs on the hand steps' batch (`batch_size=1024`, one compiled call a step) for the goal's
+ratios; `*_default_batch_over_hand` gives its default batch (256 rows on JAX and TensorFlow: four
+calls a step). On TensorFlow the model has Keras' `jit_compile=True`, the choice the faster hand steps
+made (XLA), with which gradkit compiles a gradient attack's whole step as one XLA cluster;
+`*_without_xla_over_hand` gives the model compiled the default way (on a CPU-only machine Keras' "auto"
+means no XLA: the forward and backward on TensorFlow's kernels, only the update an XLA cluster).
 """
 
 import os
@@ -78,43 +85,75 @@ def _hand(w, b, x, y):
     return chosen, jit_used
 
 
+def _xla_twin(model):
+    """`model`'s twin (the same weights) with Keras' `jit_compile=True`: on TensorFlow gradkit then
+    compiles each gradient attack step whole under XLA, the choice the hand-written steps made."""
+    twin = keras.models.clone_model(model)
+    twin.set_weights(model.get_weights())
+    twin.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    twin.jit_compile = True
+    return twin
+
+
 def run(repeats=5):
-    model = _model()
+    plain = _model()
+    tf = keras.backend.backend() == "tensorflow"
+    model = _xla_twin(plain) if tf else plain
     rng = np.random.RandomState(0)
     x, y = rng.uniform(size=(N, *SHAPE)).astype(np.float32), rng.randint(0, 10, N)
     w, b = (np.asarray(v) for v in model.get_weights())
     hand, jit_used = _hand(w, b, x, y.astype(np.int32))
     common = dict(eps=EPS, clip_values=(0, 1))
 
-    def pgd(steps, **kw):
-        return lambda: gradkit.pgd(
-            model, x, y, eps_step=PGD_STEP, steps=steps, random_start=False, **common, **kw
-        )
+    # The goal's figures run gradkit on the hand steps' batch (all N rows per compiled call); the
+    # default batch (256 rows on JAX and TensorFlow: four calls a step) is recorded beside them.
+    def pgd(steps, batch_size=N, on=model, **kw):
+        return lambda: gradkit.pgd(on, x, y, eps_step=PGD_STEP, steps=steps, random_start=False,
+                                   batch_size=batch_size, **common, **kw)  # fmt: skip
 
-    def apgd(steps):
-        return lambda: gradkit.apgd(model, x, y, steps=steps, seed=0, **common)
+    def apgd(steps, batch_size=N, on=model):
+        return lambda: gradkit.apgd(on, x, y, steps=steps, seed=0, batch_size=batch_size, **common)
 
-    def square(queries):
-        return lambda: gradkit.square(model, x, y, n_queries=queries, seed=0, **common)
+    def square(queries, batch_size=N):
+        return lambda: gradkit.square(model, x, y, n_queries=queries, seed=0, batch_size=batch_size, **common)
 
-    per = S2 - S1
-    fns = {"pgd_s1": pgd(S1, keep="last"), "pgd_s2": pgd(S2, keep="last"), "pgd_best_s1": pgd(S1),
-           "pgd_best_s2": pgd(S2), "apgd_s1": apgd(S1), "apgd_s2": apgd(S2),
-           "square_s1": square(Q1), "square_s2": square(Q2), "hand_pgd": hand["pgd"](per),
-           "hand_pgd_best": hand["pgd_best"](per),
-           "hand_apgd": hand["apgd"](per), "hand_square": hand["square"](Q2 - Q1), "bare": hand["bare"](per),
-           "numpy_loop": _numpy_loop(model, x, y.astype(np.int32), per)}  # fmt: skip
+    per, fns = S2 - S1, {}
+
+    def pair(name, make, lo=S1, hi=S2):  # the two runs whose difference gives the per-step time
+        fns[f"{name}_s1"], fns[f"{name}_s2"] = make(lo), make(hi)
+
+    pair("pgd", lambda s: pgd(s, keep="last"))
+    pair("pgd_best", pgd)
+    pair("apgd", apgd)
+    pair("square", square, Q1, Q2)
+    pair("pgd_default_batch", lambda s: pgd(s, None, keep="last"))
+    pair("apgd_default_batch", lambda s: apgd(s, None))
+    pair("square_default_batch", lambda s: square(s, None), Q1, Q2)
+    if tf:  # the model compiled the default way (no XLA on a CPU): the update alone is an XLA cluster
+        pair("pgd_without_xla", lambda s: pgd(s, on=plain, keep="last"))
+        pair("apgd_without_xla", lambda s: apgd(s, on=plain))
+    fns.update(hand_pgd=hand["pgd"](per), hand_pgd_best=hand["pgd_best"](per), hand_apgd=hand["apgd"](per),
+               hand_square=hand["square"](Q2 - Q1), bare=hand["bare"](per),
+               numpy_loop=_numpy_loop(model, x, y.astype(np.int32), per))  # fmt: skip
     for fn in fns.values():
         fn()
     load_before = os.getloadavg()[0]
     t, spread = alternating(fns, repeats=repeats, spread=True)
-    ms = {name: (t[f"{name}_s2"] - t[f"{name}_s1"]) / per for name in ("pgd", "pgd_best", "apgd")}
-    ms["square"] = (t["square_s2"] - t["square_s1"]) / (Q2 - Q1)
+    gradient = ("pgd", "pgd_best", "apgd", "pgd_default_batch", "apgd_default_batch")
+    gradient += ("pgd_without_xla", "apgd_without_xla") if tf else ()
+    ms = {name: (t[f"{name}_s2"] - t[f"{name}_s1"]) / per for name in gradient}
+    for name in ("square", "square_default_batch"):
+        ms[name] = (t[f"{name}_s2"] - t[f"{name}_s1"]) / (Q2 - Q1)
     ms.update(
         {name: t[name] / per for name in ("hand_pgd", "hand_pgd_best", "hand_apgd", "bare", "numpy_loop")}
     )
     ms["hand_square"] = t["hand_square"] / (Q2 - Q1)
     out = {f"{k}_step_ms": 1e3 * v for k, v in ms.items()}
+    hand_of = {"pgd": "hand_pgd", "apgd": "hand_apgd", "square": "hand_square"}
+    variants = [
+        (a, kind) for a in hand_of for kind in ("default_batch", "without_xla") if f"{a}_{kind}" in ms
+    ]
+    extra = {f"{a}_{kind}_over_hand": ms[f"{a}_{kind}"] / ms[hand_of[a]] for a, kind in variants}
     out.update(
         pgd_over_hand=ms["pgd"] / ms["hand_pgd"],
         pgd_first_success_over_hand=ms["pgd_best"] / ms["hand_pgd_best"],
@@ -124,12 +163,15 @@ def run(repeats=5):
         apgd_ce_over_bare=ms["apgd"] / ms["bare"],
         pgd_over_bare=ms["pgd"] / ms["bare"],
         numpy_loop_over_pgd=ms["numpy_loop"] / ms["pgd"],
+        **extra,
         tf_jit_compile_chosen=jit_used,
         spread_max_over_min=spread,
         load_average=[load_before, os.getloadavg()[0]],
         repeats=repeats,
         setup=(f"Flatten+Dense(10), {N}x32x32x3, eps {EPS}, per step from {S1}- and {S2}-step attacks "
-               f"(Square: {Q1} and {Q2} queries; PGD step eps/2), hand-written steps in hand_steps.py "
+               f"(Square: {Q1} and {Q2} queries; PGD step eps/2), gradkit at batch_size={N} as the hand "
+               "steps (*_default_batch: gradkit's default), TensorFlow's model with jit_compile=True "
+               "(*_without_xla: compiled the default way), hand-written steps in hand_steps.py "
                "(PGD first success against the hand PGD with the same records)"),
     )  # fmt: skip
     return {"device_steps": out}

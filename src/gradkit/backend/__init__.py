@@ -17,10 +17,12 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   callable has `bind(trainable, non_trainable, y, weights)`, which returns `f(x)` for one tensor `x`
   with the other arguments fixed (on PyTorch flattened once, for the thousands of calls of a
   score-based attack on the same rows).
-- `compile_step(objective, update)`: one attack step compiled whole, `call(trainable, non_trainable,
-  state, fixed) -> state`: the gradient of `objective(trainable, non_trainable, state["x"], fixed["y"],
-  fixed["weights"]) -> (loss, aux)` w.r.t. `state["x"]`, then `update(state, aux, grad, fixed)`; the
-  state (a dict of tensors) stays on the device between steps (`gradkit.attacks`' engine).
+- `compile_step(objective, update, jit_compile=False)`: one attack step compiled whole, `call(trainable,
+  non_trainable, state, fixed) -> state`: the gradient of `objective(trainable, non_trainable,
+  state["x"], fixed["y"], fixed["weights"]) -> (loss, aux)` w.r.t. `state["x"]`, then `update(state,
+  aux, grad, fixed)`; the state (a dict of tensors) stays on the device between steps
+  (`gradkit.attacks`' engine). `jit_compile` (the models' Keras setting): on TensorFlow the whole step
+  is one XLA cluster (else only the update); JAX is always XLA, PyTorch eager.
 - `linf_step`: None, or (PyTorch) `linf_step(x, x0, g, size, eps, bounds)`: the Linf projected step
   `clip(x0 + clip(x + size * sign(g) - x0, -eps, eps), lo, hi)` computed in the memory of the step's
   own gradient `g` (an eager update allocates a full-size tensor per operation, which costs page faults

@@ -61,13 +61,15 @@ def compile_grad(fn, wrt, per_output=False, has_aux=False):
     return call
 
 
-def compile_step(objective, update):
+def compile_step(objective, update, jit_compile=False):
     """Compile one attack step: `call(trainable, non_trainable, state, fixed) -> state`.
 
     `objective(trainable, non_trainable, x, y, weights) -> (loss, aux)` is differentiated w.r.t.
     `x = state["x"]` (`y = fixed["y"]`, `weights = fixed["weights"]`), then `update(state, aux, grad,
-    fixed)` gives the next state; both run inside one `jax.jit`, so the state stays on the device.
+    fixed)` gives the next state; both run inside one `jax.jit`, so the state stays on the device
+    (always XLA: `jit_compile` has no effect).
     """
+    del jit_compile
 
     def step(trainable, non_trainable, state, fixed):
         call.trace_count += 1

@@ -73,26 +73,29 @@ def compile_grad(fn, wrt, per_output=False, has_aux=False):
     return call
 
 
-def compile_step(objective, update):
+def compile_step(objective, update, jit_compile=False):
     """Compile one attack step: `call(trainable, non_trainable, state, fixed) -> state`.
 
     `objective(trainable, non_trainable, x, y, weights) -> (loss, aux)` is differentiated w.r.t.
     `x = state["x"]` (`y = fixed["y"]`, `weights = fixed["weights"]`), then `update(state, aux, grad,
     fixed)` gives the next state; both run inside one `tf.function`, so the state stays on the device.
-    The model's forward and backward run on TensorFlow's own kernels (XLA on CPU was 2x slower there,
-    KERAS3_NOTES), the update in a nested XLA cluster (`fused`).
+    By default the model's forward and backward run on TensorFlow's own kernels (XLA on CPU was 2x
+    slower for small CNNs, KERAS3_NOTES) and the update in a nested XLA cluster (`fused_update`). With
+    `jit_compile` (every member model's Keras `jit_compile`, which "auto" sets where a GPU is) the
+    whole step is one XLA cluster: the backward's output then feeds the update without being written
+    out (a near-free model's PGD step on the CPU: 4.4 ms against 6.2 ms, benchmarks/README.md).
     """
-    fused = fused_update(update)
+    inner = update if jit_compile else fused_update(update)
 
-    @tf.function(autograph=False)
-    def step(trainable, non_trainable, state, fixed):
+    def traced(trainable, non_trainable, state, fixed):
         call.trace_count += 1
         x = state["x"]
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(x)
             loss, aux = objective(trainable, non_trainable, x, fixed["y"], fixed["weights"])
-        return fused(state, aux, _gradient(tape, loss, x), fixed)
+        return inner(state, aux, _gradient(tape, loss, x), fixed)
 
+    step = tf.function(traced, autograph=False, jit_compile=bool(jit_compile))
     fast = dispatcher(step)  # no per-call argument matching (0.4-0.8 ms a call)
 
     def call(*args):

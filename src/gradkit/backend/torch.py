@@ -120,14 +120,16 @@ def compile_grad(fn, wrt, per_output=False, has_aux=False):
     return call
 
 
-def compile_step(objective, update):
+def compile_step(objective, update, jit_compile=False):
     """One attack step: `call(trainable, non_trainable, state, fixed) -> state`.
 
     The gradient of `objective(trainable, non_trainable, x, y, weights) -> (loss, aux)` w.r.t.
     `x = state["x"]` comes from `compile_grad` (its traces, its checks); `update(state, aux, grad,
-    fixed)` then runs eagerly under `torch.no_grad` on the device's tensors (torch.compile measured
-    slower on CPU, see the module docstring). `trace_count` is that of the gradient.
+    fixed)` then runs eagerly under `torch.no_grad` on the device's tensors (torch.compile, what
+    Keras' `jit_compile` means on PyTorch, measured slower on CPU, see the module docstring: the
+    argument has no effect). `trace_count` is that of the gradient.
     """
+    del jit_compile
     grad_fn = compile_grad(objective, "x", has_aux=True)
 
     def call(trainable, non_trainable, state, fixed):

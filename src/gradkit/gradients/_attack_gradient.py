@@ -17,7 +17,7 @@ from gradkit.gradients._batches import batches, padded_size, take
 from gradkit.gradients._cache import compiled
 from gradkit.gradients._decision import member_forward
 from gradkit.gradients._ensemble import as_ensemble, weighted_vote
-from gradkit.gradients._model_io import training_kwargs
+from gradkit.gradients._model_io import jit_compiled, training_kwargs
 from gradkit.gradients._outputs import output_index, output_key, select_output
 
 
@@ -72,8 +72,7 @@ class AttackGradient:
                    batch_size=self.batch_size, devices=backend.batch_multiple(), eot_iter=self.eot_iter,
                    surrogate=None if surrogate is None else id(surrogate))  # fmt: skip
         models = self.ensemble.models
-        # the variable lists are read once (walking a model's layers for them costs more than a small
-        # forward pass on PyTorch), with the compiled functions they go with (see `compiled`)
+        # the variable lists read once (walking the layers costs more than a forward pass on PyTorch)
         self._variable_lists = [(m.trainable_variables, m.non_trainable_variables) for m in models]
         self._seeds, self._draws = _randomness.seed_indices(self._variable_lists), 0
         self._fn = compiled(models, "attack", self._compile_grad, **key)
@@ -136,22 +135,23 @@ class AttackGradient:
 
     def step_function(self, name, update, **static):
         """The compiled attack step `call(trainables, non_trainables, state, fixed) -> state` of
-        `backend.compile_step` on this objective, with `update(state, (values, logits), grad, fixed)`,
-        built once per `(name, static)` for these members (kept with the objective's compiled gradient,
-        so new ensembles of the same members reuse it, and `trace_count` counts its traces)."""
-        key = (name, tuple(sorted((k, repr(v)) for k, v in static.items())))
-        steps = vars(self._fn).setdefault("steps", {})
-        if key not in steps:
-            steps[key] = backend.compile_step(self._objective, update)
-        return steps[key]
+        `backend.compile_step` with `update(state, (values, logits), grad, fixed)`, built once per
+        `(name, static)` for these members (kept with the compiled gradient: new ensembles of the same
+        members reuse it, `trace_count` counts its traces); whole under XLA where `jit_compiled` says."""
+        jit = jit_compiled(self.ensemble.models)
+        return self._compiled(("step", name, jit), static, backend.compile_step, update, jit_compile=jit)
 
     def search_function(self, name, propose, keep, draws, **static):
         """`step_function` for a score-based attack (`backend.compile_search`): `propose(state, fixed, u)
         -> candidate` (`u`: `draws` uniform numbers per row), a forward pass, `keep(...)` (the next state)."""
-        key = ("search", name, tuple(sorted((k, repr(v)) for k, v in static.items())))
+        return self._compiled(("search", name), static, backend.compile_search, propose, keep, draws)
+
+    def _compiled(self, kind, static, build, *args, **options):
+        """`build(objective, *args, **options)`, once per `kind` and `static` (kept in `self._fn`)."""
+        key = (*kind, tuple(sorted((k, repr(v)) for k, v in static.items())))
         steps = vars(self._fn).setdefault("steps", {})
         if key not in steps:
-            steps[key] = backend.compile_search(self._objective, propose, keep, draws)
+            steps[key] = build(self._objective, *args, **options)
         return steps[key]
 
     def _variables(self):

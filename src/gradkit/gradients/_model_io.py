@@ -26,6 +26,13 @@ def training_kwargs(model, training):
     return {"training": training} if "training" in params else {}
 
 
+def jit_compiled(models):
+    """True when every model's Keras `jit_compile` is True (set by `compile(jit_compile=...)`; "auto"
+    resolves to True on TensorFlow where a GPU is and the layers support XLA, False on a CPU-only
+    machine): TensorFlow then compiles an attack step whole under XLA (`backend.compile_step`)."""
+    return all(getattr(m, "jit_compile", False) is True for m in models)
+
+
 def model_inputs(model):
     """The symbolic inputs of a Sequential/Functional model, or None for subclassed models."""
     try:
