@@ -95,8 +95,8 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   numpy arrays of a fixed dtype, without Keras' per-call dtype checks where they cost (PyTorch).
 - `batch_multiple()` and `distribute_batch(structure)`: data parallelism under an active
   `keras.distribution` (JAX only; the other backends raise NotImplementedError when one is set).
-- `start_processes()`, `processes()`, `all_gather(obj)`, `mesh_spans_processes()`: process groups
-  (torch.distributed, jax.distributed), see `_processes.py`.
+- `start_processes()`, `processes()`, `all_gather(obj)`, `mesh_spans_processes()`, `key_value()`: process
+  groups (torch.distributed, jax.distributed), see `_processes.py`.
 
 The module is chosen from `keras.backend.backend()` at import time, the Keras way (`KERAS_BACKEND`).
 """
@@ -120,6 +120,7 @@ from gradkit.backend._memory import is_out_of_memory  # noqa: E402
 from gradkit.backend._memory import out_of_memory_hint  # noqa: E402
 from gradkit.backend import _common  # noqa: E402
 from gradkit.backend._processes import all_gather  # noqa: E402
+from gradkit.backend._processes import key_value  # noqa: E402
 from gradkit.backend._processes import mesh_spans_processes  # noqa: E402
 from gradkit.backend._processes import processes  # noqa: E402
 from gradkit.backend._processes import start_processes  # noqa: E402
@@ -167,6 +168,7 @@ __all__ = [
     "ROW_QUANTUM",
     "add_norms",
     "all_gather",
+    "key_value",
     "applied_norms",
     "assign_add",
     "batch_multiple",

@@ -8,6 +8,7 @@
 - `all_gather(obj)`: every process's JSON-able `obj`, in rank order, on every process.
 - `mesh_spans_processes()`: whether the active `keras.distribution` mesh holds other processes' devices
   (JAX): then every process runs the same calls on the same data, each feeding its own devices' rows.
+- `key_value()`: the group's key-value store (PyTorch: the one its processes met through), or None.
 
 Several processes on one CPU-only host each get their own share of the cores (`os.sched_setaffinity`,
 as `mpirun` binds ranks and as JAX's maintainers advise for limiting its CPU threads, jax#1539): JAX
@@ -123,6 +124,36 @@ def mesh_spans_processes():
 
     local = {f"{d.platform}:{d.id}" for d in jax.local_devices()}
     return any(str(name) not in local for name in np.ravel(dist.device_mesh.devices))
+
+
+class _TorchKeyValue:
+    """The keys of a torch.distributed store: `add` (atomic, returns the new count), `set`, `get` (waits for
+    the key), `has`."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def add(self, key, amount=1):
+        return int(self._store.add(key, amount))
+
+    def set(self, key, value):
+        self._store.set(key, value)
+
+    def get(self, key):
+        return bytes(self._store.get(key))
+
+    def has(self, key):
+        return bool(self._store.check([key]))
+
+
+def key_value():
+    """The running group's key-value store (`add`, `set`, `get`, `has`), or None: no group, or JAX (whose
+    store gradkit does not reach)."""
+    if keras.backend.backend() != "torch" or processes() is None:
+        return None
+    from torch.distributed import distributed_c10d
+
+    return _TorchKeyValue(distributed_c10d._get_default_store())
 
 
 def _jax_gather(array):

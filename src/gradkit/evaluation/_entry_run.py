@@ -57,14 +57,19 @@ def _blocks(todo, step, first_block):
         yield first_block + int(j), todo[blocks == j]
 
 
-def run_entry(model, x, labels, entry, config, state, first_block=0):
+def run_entry(model, x, labels, entry, config, state, first_block=0, tasks=None):
     """Runs `entry` on the points still robust, block by block of `batch_size` rows (block j, counted from
-    `first_block`, seeded with `seed + j`), and records it in `state`."""
+    `first_block`, seeded with `seed + j`), and records it in `state`. `tasks`: None, or the `_tasks.Tasks`
+    of a process group: a block it does not `claim` is skipped (another process runs it), and each block
+    attacked is reported `done`."""
     todo = np.flatnonzero(state.robust)
     before, t0, broken, disconnected = (state.n_forwards, state.n_gradients), time.perf_counter(), 0, False
+    attacked = 0
     step = config.batch_size or max(len(state.robust), 1)
     with tqdm(total=len(todo), desc=entry.name, disable=config.verbose == 0, leave=True) as bar:
         for k, rows in _blocks(todo, step, first_block):
+            if tasks is not None and not tasks.claim(entry.name, k):
+                continue
             seed = None if config.seed is None else config.seed + k
             try:
                 x_adv, hit, zero = _attack(model, x[rows], labels[rows], entry, config, seed, state)
@@ -77,14 +82,16 @@ def run_entry(model, x, labels, entry, config, state, first_block=0):
                 state.broken_by[i] = entry.name
             if zero is not None:
                 state.zero_gradient[rows] |= np.asarray(zero, bool)
-            broken += int(hit.sum())
+            broken, attacked = broken + int(hit.sum()), attacked + len(rows)
             bar.update(len(rows))
             bar.set_postfix(robust=f"{state.robust.mean():.4f}")
+            if tasks is not None:
+                tasks.done(entry.name, k)
     state.finished.append(entry.name)
     state.per_attack[entry.name] = {
-        "accuracy": 1.0 - broken / len(todo) if len(todo) else None,
+        "accuracy": 1.0 - broken / attacked if attacked else None,
         "robust_accuracy": float(state.robust.mean()),
-        "n_points": len(todo),
+        "n_points": attacked,
         "n_broken": broken,
         "n_forwards": state.n_forwards - before[0],
         "n_gradients": state.n_gradients - before[1],

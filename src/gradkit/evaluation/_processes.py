@@ -14,7 +14,7 @@ ranks disagree is refused on every rank.
 import numpy as np
 
 from gradkit import backend
-from gradkit.evaluation import _shards, _state
+from gradkit.evaluation import _shards, _state, _tasks
 from gradkit.evaluation._merge import merge_shards, shard_from_dict, shard_to_dict
 
 
@@ -53,13 +53,18 @@ def evaluate_processes(model, x, y, *, epsilons, state_path=None, **options):
     rank, size = group
     given = {k: repr(v) for k, v in sorted(options.items()) if k != "verbose"}
     given.update(epsilons=repr(epsilons), model=_state.model_digest(model))
-    given.update(x=_state.digest(np.asarray(x)), y=_state.digest(np.asarray(y)))
+    given.update(
+        x=_state.digest(np.asarray(x)), y=_state.digest(np.asarray(y)), resume=repr(bool(state_path))
+    )
     _check_agree(given, rank)  # before any check that could fail on one rank only
     path = None if state_path is None else f"{state_path}.rank{rank}"
     options = {**options, "verbose": options.get("verbose", 1) if rank == 0 else 0}
     if backend.mesh_spans_processes():  # one run over the mesh: every process holds the whole result
         return _shards.evaluate_shard(model, x, y, epsilons=epsilons, state_path=path, **options), rank, size
-    rows = _shards.shard_rows(len(x), rank, size, options.get("batch_size") or len(x), name="processes")
-    mine = _shards.evaluate_shard(model, x, y, epsilons=epsilons, rows=rows, state_path=path, **options)
+    block = options.get("batch_size") or len(x)
+    rows = _shards.shard_rows(len(x), rank, size, block, name="processes")
+    tasks = None if state_path else _tasks.start(len(x), block)  # resuming: each rank its own blocks
+    mine = _shards.evaluate_shard(model, x, y, epsilons=epsilons, rows=rows, state_path=path, tasks=tasks,
+                                  **options)  # fmt: skip
     parts = [shard_from_dict(record) for record in backend.all_gather(shard_to_dict(mine))]
     return merge_shards(parts, names=[f"rank {r}" for r in range(size)]), rank, size

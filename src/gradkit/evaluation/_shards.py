@@ -127,7 +127,7 @@ def _carry(state):
 
 def evaluate_shard(model, x, y, *, epsilons, rows=None, state_path=None, norm=np.inf, version=None,
                    attacks=None, eot_iter=20, clip_values=None, batch_size=None, seed=0, n_queries=5000,
-                   steps=100, verbose=1):  # fmt: skip
+                   steps=100, verbose=1, tasks=None):  # fmt: skip
     """`gradkit.evaluate`'s cascade at every eps of `epsilons` on the rows `rows` of `x`.
 
     Args:
@@ -138,6 +138,8 @@ def evaluate_shard(model, x, y, *, epsilons, rows=None, state_path=None, norm=np
         rows: None (default: all) or `(start, stop)` of whole blocks of `batch_size` rows (`shard_rows`).
         batch_size: rows per compiled call and per block; None (default) makes all rows one block.
         state_path: None or a JSON path to resume from (one file per eps when several: `<stem>-<i>.json`).
+        tasks: None, or a process group's `_tasks.Tasks` (`evaluate_processes`): blocks of this shard may
+            finish in another process, and this one may finish another's, with the same results.
 
     Returns:
         A `Shard`; with `rows=None` and one eps its `evaluations()[0]` equals `gradkit.evaluate`'s result.
@@ -168,7 +170,12 @@ def evaluate_shard(model, x, y, *, epsilons, rows=None, state_path=None, norm=np
         if state is None:
             state = _suite.clean(model, xs, ys, config, prediction) if not states else _carry(states[-1])
         eps_config = dataclasses.replace(config, eps=eps)
-        _suite.cascade(model, xs, ys, eps_config, state, state_path=path, fp=fp, first_block=start // block)
+        if tasks is not None:
+            tasks.begin(i, model, x, labels, eps_config, state, start)
+        _suite.cascade(model, xs, ys, eps_config, state, state_path=path, fp=fp, first_block=start // block,
+                       tasks=tasks)  # fmt: skip
+        if tasks is not None:
+            tasks.finish()
         states.append(state)
     shares = _suite.shares_of(model, xs, ys, config)
     return Shard(settings, start, stop, ys, prediction, states, _suite.weights(model), shares)

@@ -153,15 +153,16 @@ def evaluate(
     return result
 
 
-def cascade(model, x, labels, config, state, *, state_path=None, fp=None, first_block=0, start=None):
+def cascade(model, x, labels, config, state, *, state_path=None, fp=None, first_block=0, start=None,
+            tasks=None):  # fmt: skip
     """Runs every unfinished attack of `config` on `state` (in place), saving it after each attack when
     `state_path` is set; `first_block` numbers the first block of `x` (see `run_entry`); `start`: the
-    `time.perf_counter()` its time counts from (default: now)."""
+    `time.perf_counter()` its time counts from (default: now); `tasks`: as for `run_entry`."""
     start, seconds = start or time.perf_counter(), state.seconds
     for entry in config.entries:
         if entry.name in state.finished:
             continue
-        run_entry(model, x, labels, entry, config, state, first_block)
+        run_entry(model, x, labels, entry, config, state, first_block, tasks)
         state.seconds = seconds + time.perf_counter() - start
         if state_path:
             _state.save(state_path, fp, state)
