@@ -96,11 +96,13 @@ class Tasks:
         return False
 
     def done(self, name, k):
-        """Publishes block `k`'s state after attack `name`."""
+        """Publishes block `k`'s progress after attack `name`, and its state where another process may
+        take the block's next attack (none follows the last)."""
         a, rows = self.names.index(name), self._mine(k)
-        s = self.state
-        arrays = {"robust": s.robust[rows], "x_adv": s.x_adv[rows], "zero_gradient": s.zero_gradient[rows]}
-        self.store.set(self._key("state", a, k), _pack(arrays, {"broken_by": s.broken_by[rows]}))
+        if a < len(self.names) - 1:
+            s = self.state
+            arrays = dict(robust=s.robust[rows], x_adv=s.x_adv[rows], zero_gradient=s.zero_gradient[rows])
+            self.store.set(self._key("state", a, k), _pack(arrays, {"broken_by": s.broken_by[rows]}))
         self._progress(k, a)
 
     def finish(self):
