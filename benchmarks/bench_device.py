@@ -174,7 +174,32 @@ def run(repeats=5):
                "(*_without_xla: compiled the default way), hand-written steps in hand_steps.py "
                "(PGD first success against the hand PGD with the same records)"),
     )  # fmt: skip
+    if keras.backend.backend() == "jax":  # bytes per step, a figure the machine's load does not move
+        out.update(_bytes(model, x, y, w, b))
     return {"device_steps": out}
+
+
+def _bytes(model, x, y, w, b):
+    """XLA's bytes accessed per step (`xla_bytes.py`), gradkit's steps on a fresh clone of `model`
+    (its own compiled steps) against the hand-written ones, and their ratios."""
+    import hand_steps
+    import xla_bytes
+
+    clone = _xla_twin(model)  # the same weights, steps not yet compiled
+    common = dict(eps=EPS, clip_values=(0, 1), batch_size=N)
+    attacks = dict(
+        pgd=lambda: gradkit.pgd(clone, x, y, eps_step=PGD_STEP, steps=1, random_start=False, keep="last",
+                                **common),
+        pgd_best=lambda: gradkit.pgd(clone, x, y, eps_step=PGD_STEP, steps=1, random_start=False, **common),
+        apgd=lambda: gradkit.apgd(clone, x, y, steps=1, seed=0, **common),
+        square=lambda: gradkit.square(clone, x, y, n_queries=2, seed=0, **common),
+    )  # fmt: skip
+    side = int(round(np.sqrt(0.8 * SHAPE[0] * SHAPE[1])))
+    mb = xla_bytes.per_step(attacks, lambda: hand_steps.jax_kit(w, b, x, y.astype(np.int32), EPS, side))
+    return {
+        "bytes_per_step_mb": mb,
+        **{f"{name}_bytes_over_hand": mb[name] / mb[f"hand_{name}"] for name in attacks},
+    }
 
 
 if __name__ == "__main__":

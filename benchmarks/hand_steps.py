@@ -9,8 +9,9 @@ One algorithm per attack, written once over a numpy-like namespace `xp` (`jax.nu
   decision from the logits the gradient call returns, the first-success flag and the best point (the
   first iterate that fooled the model, else the one of highest loss) with its loss.
 - APGD-CE (Linf): the gradient with per-row loss and logits, best point and first success records, a
-  projected step of size eta per row, the momentum mix (0.75) and its projection (the checkpoint rule,
-  a few reads in a whole run, is left out).
+  projected step of size eta per row, the momentum mix (0.75) and its projection. The checkpoint
+  rule, a few reads in a whole run, is left out; the best point's gradient, which the rule restores,
+  is recorded at every step, as AutoAttack's APGD records `grad_best` (full precision, as there).
 - Square (Linf, forward only): a random window per row (a fixed side: the schedule's first) set to
   x0 +- eps with random signs per channel, the forward pass, the margin, keep-if-better and the
   success flags.
@@ -47,15 +48,16 @@ def _algorithms(xp, grad, forward, uniform, eps, side):
         return moved, best_x, xp.where(take, v, best_v), xp.logical_or(success, hit)
 
     def apgd(state, x0, y):
-        xa, x_prev, best_x, best_v, eta, adv, success = state
+        xa, x_prev, best_x, best_g, best_v, eta, adv, success = state
         v, z, g = grad(xa, y)
         better = v > best_v
         best_x = xp.where(better[:, None, None, None], xa, best_x)
+        best_g = xp.where(better[:, None, None, None], g, best_g)
         hit = xp.logical_and(xp.argmax(z, axis=1) != y, xp.logical_not(success))
         adv = xp.where(hit[:, None, None, None], xa, adv)
         s = project(xa + eta[:, None, None, None] * xp.sign(g), x0)
         new = project(xa + 0.75 * (s - xa) + 0.25 * (xa - x_prev), x0)
-        return new, xa, best_x, xp.where(better, v, best_v), eta, adv, xp.logical_or(success, hit)
+        return new, xa, best_x, best_g, xp.where(better, v, best_v), eta, adv, xp.logical_or(success, hit)
 
     def square(state, x0, y, plus, minus, onehot):
         best, best_v, active, key = state
@@ -101,7 +103,9 @@ def _runs(compile_, sync, pgd, pgd_best, apgd, square, bare, x0, y, extra, key0,
         "pgd": loop("pgd", lambda: x0, lambda s: steps["pgd"](s, x0, y)),
         "pgd_best": loop("pgd_best", lambda: (x0, x0, inf, false), lambda s: steps["pgd_best"](s, x0, y)),
         "apgd": loop(
-            "apgd", lambda: (x0, x0, x0, inf, extra["eta"], x0, false), lambda s: steps["apgd"](s, x0, y)
+            "apgd",
+            lambda: (x0, x0, x0, extra["grad0"], inf, extra["eta"], x0, false),
+            lambda s: steps["apgd"](s, x0, y),
         ),  # fmt: skip
         "square": loop(
             "square",
@@ -115,7 +119,8 @@ def _runs(compile_, sync, pgd, pgd_best, apgd, square, bare, x0, y, extra, key0,
 def _extra(x, y, eps, to_dev):
     n = len(x)
     return dict(
-        zeros=to_dev(np.zeros(1, np.float32)), false=to_dev(np.zeros(n, bool)), true=to_dev(np.ones(n, bool)),
+        zeros=to_dev(np.zeros(1, np.float32)), grad0=to_dev(np.zeros_like(x)),
+        false=to_dev(np.zeros(n, bool)), true=to_dev(np.ones(n, bool)),
         neg_inf=to_dev(np.full(n, -np.inf, np.float32)), eta=to_dev(np.full(n, 2 * eps, np.float32)),
         plus=to_dev(np.clip(x + eps, 0, 1)), minus=to_dev(np.clip(x - eps, 0, 1)),
         onehot=to_dev(np.eye(N_CLASSES, dtype=bool)[y]),

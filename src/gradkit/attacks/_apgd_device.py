@@ -1,9 +1,10 @@
 """Auto-PGD on the attack engine: `_apgd.apgd_core`'s Algorithm 1 with its whole state on the device.
 
 The state of a batch (iterate, previous iterate, gradient, step sizes, counters of increases, the best
-point with its gradient and objective, the first successful example) lives in backend tensors; one
-compiled step evaluates the objective at the current iterate, records, applies the checkpoint rule
-where the step index is a checkpoint, and proposes the next iterate (`_engine.py`). Rows that
+point with its gradient (Linf: its sign, int8) and objective, the first successful example) lives in
+backend tensors; one compiled step evaluates the objective at the current iterate, records, applies
+the checkpoint rule where the step index is a checkpoint, and proposes the next iterate
+(`_engine.py`). Rows that
 succeeded are frozen (the early stop of `apgd_core`, as a mask); the step counts the rows it really
 attacked, so the gradient count is that of the numpy core. The host reads one flag per checkpoint
 (whether any row of the batch is still attacked) and the result at the end. L1 (Croce & Hein 2021)
@@ -31,7 +32,14 @@ def _rows(mask, a):
 _select = engine.select_rows  # full-size selections on `(n, features)` views
 
 
-def _record(state, values, hit, grad, active):
+def _kept(grad, norm):
+    """The best point's gradient as the state keeps it: for Linf only its sign matters (the step is
+    `eta * sign(g)`), kept as int8, a quarter of the bytes read and written per step; else the
+    gradient."""
+    return ops.cast(ops.sign(grad), "int8") if norm == np.inf else grad
+
+
+def _record(state, values, hit, grad, active, norm):
     """First successes and best points of the rows `active` evaluated at `state["x"]`."""
     new = dict(state)
     first = ops.logical_and(ops.logical_and(hit, ops.logical_not(state["success"])), active)
@@ -39,7 +47,7 @@ def _record(state, values, hit, grad, active):
     new["success"] = ops.logical_or(state["success"], first)
     better = ops.logical_and(values > state["best_values"], active)
     new["best_x"] = _select(better, state["x"], state["best_x"])
-    new["best_grad"] = _select(better, grad, state["best_grad"])
+    new["best_grad"] = _select(better, _kept(grad, norm), state["best_grad"])
     new["best_values"] = ops.where(better, values, state["best_values"])
     new["best_hit"] = ops.where(better, hit, state["best_hit"])  # the best point's own decision (EOT)
     return new
@@ -56,7 +64,7 @@ def _checkpoint(state, fixed, active):
     new = dict(state)
     new["eta"] = ops.where(halve, state["eta"] / 2.0, state["eta"])
     new["x"] = _select(halve, state["best_x"], state["x"])
-    new["grad"] = _select(halve, state["best_grad"], state["grad"])
+    new["grad"] = _select(halve, ops.cast(state["best_grad"], state["grad"].dtype), state["grad"])
     new["reduced"] = ops.where(mark, ops.logical_or(cond1, cond2), state["reduced"])
     new["best_at_check"] = ops.where(mark, state["best_values"], state["best_at_check"])
     new["n_increases"] = ops.where(mark, ops.zeros_like(state["n_increases"]), state["n_increases"])
@@ -78,7 +86,7 @@ def _propose(state, fixed, norm, bounds, active):
                                          fixed["eps"], norm, bounds)  # fmt: skip
     mixed = x + a * (z - x) + (1 - a) * (x - state["x_prev"])
     moved = geometry.project_and_clip_tensor(mixed, x0, fixed["eps"], norm, bounds)
-    new["x_prev"] = _select(active, x, state["x_prev"])
+    new["x_prev"] = x  # a row that stops moving never reads it again: no selection needed
     new["x"] = _select(active, moved, x)
     return new
 
@@ -96,7 +104,7 @@ def _update(objective, norm, clip, expectation=False, checkpoint=True):
         active = ops.logical_and(state["active"], valid)
         hit = objective.decide_tensor(logits, fixed["weights"]["alpha"]) != fixed["y"][0]  # any misclass.
         start = state["k"] < 0  # the evaluation of the start point
-        state = _record(state, values, hit, grad, active)
+        state = _record(state, values, hit, grad, active, norm)
         increased = ops.logical_and(ops.logical_and(values > state["values"], active), ops.logical_not(start))
         state["n_increases"] = state["n_increases"] + ops.cast(increased, "int32")
         state["values"] = ops.where(active, values, state["values"])
@@ -141,7 +149,7 @@ def _init(objective, x_start, x0, n, eps, norm, given):
         best_at_check=np.zeros(n, np.float32), eta=np.full(n, (1.0 if norm == 1 else 2.0) * eps, np.float32),
         n_increases=np.zeros(n, np.int32), success=np.zeros(n, bool), best_hit=np.zeros(n, bool),
         reduced=np.ones(n, bool),
-        active=np.ones(n, bool), best_grad=np.zeros_like(x_start),
+        active=np.ones(n, bool), best_grad=np.zeros(x_start.shape, np.int8 if norm == np.inf else np.float32),
     )  # fmt: skip
     if norm == 1:
         per_row["topk"], per_row["sp_old"] = l1.initial(x_start, x0, given)
