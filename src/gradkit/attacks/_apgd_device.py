@@ -4,11 +4,11 @@ The state of a batch (iterate, previous iterate, gradient, step sizes, counters 
 point with its gradient (Linf: its sign, int8) and objective, the first successful example) lives in
 backend tensors; one compiled step evaluates the objective at the current iterate, records, applies
 the checkpoint rule where the step index is a checkpoint, and proposes the next iterate
-(`_engine.py`). Rows that
-succeeded are frozen (the early stop of `apgd_core`, as a mask); the step counts the rows it really
-attacked, so the gradient count is that of the numpy core. The host reads one flag per checkpoint
-(whether any row of the batch is still attacked) and the result at the end. L1 (Croce & Hein 2021)
-swaps in its sparse step without momentum and its checkpoint rule (`_apgd_l1.py`) at the same joints.
+(`_engine.py`). Rows that succeeded are frozen (the early stop of `apgd_core`, as a mask); the step
+counts the rows it really attacked, so the gradient count is that of the numpy core. The host reads
+one flag per checkpoint (whether any row of the batch is still attacked) and the result at the end. L1
+(Croce & Hein 2021) swaps in its sparse step without momentum and its checkpoint rule (`_apgd_l1.py`)
+at the same joints.
 
 References:
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
