@@ -6,10 +6,11 @@ the bytes it moves, and on a shared machine that time moves with the neighbours'
 bus (the same step measured 8 to 17 ms in runs an hour apart). XLA's count of the bytes a compiled
 step accesses does not move: it is a figure of the step's design, printed beside the timed ratios.
 
-Every function `jax.jit` compiles while `capturing()` is open is recorded with its first arguments,
-then lowered and compiled once more to read `cost_analysis()["bytes accessed"]`. gradkit's gradient
-steps are `backend.compile_step`'s `step`, Square's search `compile_search`'s `traced`; the
-hand-written ones are named after their attack (`hand_steps.py`).
+Every function `jax.jit` compiles while `capturing()` is open is recorded with its first arguments, then
+lowered and compiled once more to read `cost_analysis()["bytes accessed"]`. gradkit's gradient steps are
+`backend.compile_step`'s `step`; the hand-written ones are named after their attack (`hand_steps.py`).
+The count is XLA's estimate: it takes a conditional's operands whole, whichever branch runs (why
+Square's search is not compared).
 """
 
 import contextlib
@@ -62,7 +63,7 @@ def per_step(attacks, hand_kit):
     for name, fn in attacks.items():
         with capturing() as seen:
             fn()
-        out[name] = bytes_accessed(seen["traced" if name == "square" else "step"]) / 1e6
+        out[name] = bytes_accessed(seen["step"]) / 1e6
     with capturing() as seen:
         kit = hand_kit()
         for name in attacks:
