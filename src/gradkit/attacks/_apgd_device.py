@@ -157,7 +157,9 @@ def _init(objective, x_start, x0, n, eps, norm, given):
     def init(start, stop, pad):
         x = objective.batch_rows(x_start, start, stop, pad)
         state = {key: objective.batch_rows(a, start, stop, pad) for key, a in per_row.items()}
-        state.update(x=x, x_prev=x, adv=x, best_x=x)
+        state.update(x=x, adv=x, best_x=x)
+        if norm != 1:  # L1's step has no momentum
+            state["x_prev"] = x
         counters = dict(k=-1, last_mark=0, n_evaluated=0)
         state.update({key: engine.scalar_int(v) for key, v in counters.items()})
         state["mark"] = backend.to_tensor(np.asarray(False))

@@ -77,18 +77,18 @@ def checkpoint(state, fixed, active):
     new["eta"] = ops.where(mark, eta, state["eta"])
     new["topk"] = ops.where(mark, sp / math.prod(x0.shape[1:]) / REDUCE_STEP, state["topk"])
     new["sp_old"] = ops.where(mark, sp, state["sp_old"])
-    new["x"] = ops.where(engine.rows_mask(sparser, state["x"]), state["best_x"], state["x"])
-    new["grad"] = ops.where(engine.rows_mask(sparser, state["grad"]), state["best_grad"], state["grad"])
+    new["x"], new["grad"] = engine.select_rows(sparser, (state["best_x"], state["best_grad"]),
+                                               (state["x"], state["grad"]))  # fmt: skip
     return new
 
 
 def propose(state, fixed, bounds, active):
-    """`x_{k+1}` on the rows `active`: a sparse step of size eta, projected onto the ball and the box."""
+    """`x_{k+1}` on the rows `active`: a sparse step of size eta, projected onto the ball and the box
+    (no momentum: the L1 state has no previous iterate)."""
     x = state["x"]
     eta = ops.cast(engine.rows_mask(state["eta"], x), x.dtype)
     moved = geometry.l1_tensor(x + eta * _l1_box.sparse_direction(state["grad"], state["topk"]),
                                fixed["x0"], fixed["eps"], bounds)  # fmt: skip
     new = dict(state)
-    new["x_prev"] = ops.where(engine.rows_mask(active, x), x, state["x_prev"])
-    new["x"] = ops.where(engine.rows_mask(active, x), moved, x)
+    new["x"] = engine.select_rows(active, moved, x)
     return new
