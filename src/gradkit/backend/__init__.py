@@ -29,7 +29,7 @@ Each backend module (`tensorflow.py`, `jax.py`, `torch.py`) exposes the same fun
   on a CPU; `_torch_steps.py`). Compiled steps (JAX, TensorFlow) fuse or plan their buffers: None.
 - `apgd_linf_step`: None, or (PyTorch) `apgd_linf_step(x, x_prev, x0, g, eta, a, eps, bounds, active)`:
   APGD's Linf proposal (the projected step, the momentum mix, its projection, the rows attacked) in
-  the gradient's memory and one more buffer: `(x_next, x_prev_next)`.
+  the gradient's memory and one scratch buffer: `(x_next, x)` (`x` is the next previous iterate).
 - `linf_window`: None, or (PyTorch) `linf_window(best, ends, in_rows, in_cols, tolerance, signs)`: the
   Square Attack's Linf candidate (the window's sums, the corners it takes) in one new tensor instead
   of eight, on `(n, h, w * c)` views (no inner loop over the channels).
@@ -168,7 +168,6 @@ __all__ = [
     "ROW_QUANTUM",
     "add_norms",
     "all_gather",
-    "key_value",
     "applied_norms",
     "assign_add",
     "batch_multiple",
@@ -189,6 +188,7 @@ __all__ = [
     "group_norms",
     "input_ascent",
     "is_out_of_memory",
+    "key_value",
     "linf_step",
     "apgd_linf_step",
     "linf_window",

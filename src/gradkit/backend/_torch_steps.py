@@ -60,7 +60,8 @@ def apgd_linf_step(x, x_prev, x0, g, eta, a, eps, bounds, active):
     """APGD's Linf proposal (Croce & Hein 2020, Algorithm 1) on the rows `active`, in `g`'s memory.
 
     `z = P(x + eta * sign(g))`, then `P(x + a * (z - x) + (1 - a) * (x - x_prev))`, `P` the projection
-    onto the eps-ball around `x0` and the clip; rows not `active` keep `x` and `x_prev`.
+    onto the eps-ball around `x0` and the clip; rows not `active` keep `x`. The next previous iterate is
+    `x` itself for every row (one that stops is never moved again, so it never reads it).
 
     Args:
         x, x_prev, x0: the iterate, the previous iterate and the clean input `(n, ...)` (read only).
@@ -71,8 +72,8 @@ def apgd_linf_step(x, x_prev, x0, g, eta, a, eps, bounds, active):
         active: bool `(n,)`, the rows that move.
 
     Returns:
-        `(x_next, x_prev_next)`: `x_next` in `g`'s memory, `x_prev_next` in one new tensor; the values
-        of `_apgd_device._propose`'s `keras.ops` (the same kernels, whose operands commute).
+        `(x_next, x)`: `x_next` in `g`'s memory (one scratch tensor besides), the values of
+        `_apgd_device._propose`'s `keras.ops` (the same kernels, whose operands commute).
     """
     g = _own(g, x, x_prev, x0)
     n, dtype = g.shape[0], g.dtype
@@ -82,11 +83,9 @@ def apgd_linf_step(x, x_prev, x0, g, eta, a, eps, bounds, active):
     g.sub_(x).mul_(a).add_(x)  # x + a * (z - x)
     scratch = torch.sub(x, x_prev, out=torch.empty_like(g)).mul_(1 - a)
     _project(g.add_(scratch), x0, eps, bounds)
-    rows = active.view(n, 1)
     flat = (n, -1)
-    torch.where(rows, x.reshape(flat), x_prev.reshape(flat), out=scratch.view(flat))
-    torch.where(rows, g.view(flat), x.reshape(flat), out=g.view(flat))
-    return g, scratch
+    torch.where(active.view(n, 1), g.view(flat), x.reshape(flat), out=g.view(flat))
+    return g, x
 
 
 def linf_window(best, ends, in_rows, in_cols, tolerance, signs):
