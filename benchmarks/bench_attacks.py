@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 from sklearn.datasets import load_digits  # noqa: E402
 
 import gradkit  # noqa: E402
-from gradkit.attacks import _prepare as _base  # noqa: E402
+from gradkit import attacks as _base  # noqa: E402
 
 from common import alternating  # noqa: E402
 

@@ -10,7 +10,7 @@ divided by the difference (the boundary work, validation and the one read back, 
 device-resident arrays. PGD with `keep="last"` is compared with the hand PGD, PGD with its default
 `keep="first_success"` with the hand PGD that keeps the same records (`pgd_best`). Also: the numpy
 loop this branch replaced (one `AttackGradient` call and the numpy geometry per step, as
-`attacks/_loop.py` did), for the before/after ratio. All timed alternately in one run (`alternating`,
+the numpy loop did), for the before/after ratio. All timed alternately in one run (`alternating`,
 medians); the load average before and after and the min-max spread are recorded.
 
 gradkit runs on the hand steps' batch (`batch_size=1024`, one compiled call a step) for the goal's
@@ -27,8 +27,8 @@ import keras
 import numpy as np
 
 import gradkit
-from gradkit.attacks import _geometry as geometry
-from gradkit.attacks._prepare import gradient_for, owner, step_for
+from gradkit.attacks import geometry
+from gradkit.attacks._frame import gradient_for, owner, step_for
 
 from common import alternating
 

@@ -73,7 +73,7 @@ def ball(adv, x, eps=0.1):
     """Hand-made or a peer's Linf examples with the rounding of `x + eps` undone, as gradkit undoes it
     on the examples it returns (`x + float32(0.1)` can lie 0.10000002 from `x`): the attacks agree to
     the bit after it."""
-    from gradkit.attacks._geometry import inside
+    from gradkit.attacks.geometry import inside
 
     return inside(np.asarray(adv, np.float32), x, eps, np.inf)
 

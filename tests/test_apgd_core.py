@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from gradkit.attacks._apgd import apgd_core, checkpoints
+from gradkit.attacks.apgd import checkpoints
+from oracles.apgd import apgd_core
 
 SHAPE, C = (6, 6, 2), 5
 D = int(np.prod(SHAPE))

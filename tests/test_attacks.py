@@ -10,7 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import MLPClassifier
 
 import gradkit
-from gradkit.attacks import _prepare as _base
+from gradkit import attacks as _base
 
 from conftest import ball, set_weights_from
 

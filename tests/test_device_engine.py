@@ -9,8 +9,8 @@ import pytest
 
 import gradkit
 from gradkit import backend
-from gradkit.attacks import _engine, _geometry
-from gradkit.attacks._prepare import gradient_for, owner, step_for
+from gradkit.attacks import _engine, geometry
+from gradkit.attacks._frame import Frame, gradient_for, owner, step_for
 
 from conftest import BACKEND
 
@@ -37,8 +37,8 @@ def numpy_pgd(model, x, y, eps, eps_step, steps, norm):
     x_adv = x.copy()
     for _ in range(steps):
         g = gradkit.input_gradient(model, x_adv, y, loss=LOGITS_CE)
-        moved = x_adv + np.float32(eps_step) * _geometry.direction(g, norm)
-        x_adv = _geometry.project_and_clip(moved, x, eps, norm, (0.0, 1.0))
+        moved = x_adv + np.float32(eps_step) * geometry.direction(g, norm)
+        x_adv = geometry.project_and_clip(moved, x, eps, norm, (0.0, 1.0))
     return x_adv
 
 
@@ -124,15 +124,13 @@ def test_numpy_conversions_do_not_grow_with_steps(monkeypatch):
 def test_device_apgd_equals_the_numpy_core(loss, norm, targeted):
     """The engine's APGD against `apgd_core` (the numpy reference) on the same objective: same examples,
     same successes, same count of gradient rows (the early stop of succeeded rows kept)."""
-    from gradkit.attacks._apgd import apgd_core
-    from gradkit.attacks._apgd_device import apgd_device
-    from gradkit.attacks._session import Session
+    from gradkit.attacks.apgd import run as apgd_run
+    from oracles.apgd import apgd_core
 
     model, (x, y) = cnn(1), data(24)
     y = gradkit.attacks.predict_labels(gradient_for(model), x)
     eps = 0.05 if norm == np.inf else 0.15
-    session = Session(model, x, y, eps=eps, norm=norm, clip_values=(0, 1), batch_size=None, output=None,
-                      loss=loss, objective="loss_sum", targeted=targeted)  # fmt: skip
+    session = Frame(model, x, y, clip_values=(0, 1), loss=loss, targeted=targeted, single_input="APGD")
     targets = (y + 1) % 3 if targeted else None
 
     def step(xs, labels, targets):  # as APGD-T: success is any misclassification
@@ -146,7 +144,9 @@ def test_device_apgd_equals_the_numpy_core(loss, norm, targeted):
     ref, ref_hit, _, _ = apgd_core(step, session.x0, session.labels, eps=eps, norm=norm, steps=12,
                                    clip_values=(0, 1), rng=3, targets=targets)  # fmt: skip
     expected, session.n_gradients = session.n_gradients, 0
-    adv, hit, _ = apgd_device(session, session.x0, session.labels, targets, steps=12, rng=3, rho=0.75)
+    adv, hit, _ = apgd_run(
+        session, session.x0, session.labels, targets, eps=eps, norm=float(norm), steps=12, rng=3, rho=0.75
+    )
     assert 0 < ref_hit.sum() < len(x)  # some rows stop early, some run to the end
     np.testing.assert_array_equal(hit, ref_hit)
     # L2: the per-sample norms are sums in another order than numpy's (float32 rounding, through momentum)

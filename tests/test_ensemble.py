@@ -127,7 +127,7 @@ def test_attack_labels_are_the_ensemble_vote_of_the_attacked_output():
     m1, m2 = two_heads(14), two_heads(15)
     ens = gradkit.WeightedEnsemble([m1, m2], [0.4, 0.6])
     grad = gradkit.InputGradient(ens, output="b")
-    from gradkit.attacks import _prepare as _base
+    from gradkit import attacks as _base
 
     np.testing.assert_array_equal(_base.predict_labels(grad, X), ens.predict(X, output="b"))
 

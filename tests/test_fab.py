@@ -2,18 +2,26 @@
 ensembles judged by their vote, FAB-T in `evaluate`, bad input, and parity with adv-lib 0.2.8 and
 torchattacks on a digits CNN (PyTorch backend)."""
 
+import sys
+
 import keras
 import numpy as np
 import pytest
 
 import gradkit
-from gradkit.attacks import decide
-from gradkit.attacks._fab import fab_run
+from gradkit.attacks import decide, recording
 
 from conftest import BACKEND, set_weights_from
 
 LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 NORMS = [np.inf, 2, 1]
+
+
+def fab_run(model, x, y, **kwargs):
+    """`gradkit.fab` and what its record says: `(x_adv, norms, success, record)`."""
+    with recording() as record:
+        x_adv = gradkit.fab(model, x, y, **kwargs)
+    return x_adv, record.norms, record.success, record
 
 
 def lp(a, norm):
@@ -184,13 +192,13 @@ def no_step(*args, **kwargs):
     ],
 )
 def test_bad_input_is_refused_before_any_step(mlp, points, monkeypatch, kwargs, message):
-    monkeypatch.setattr("gradkit.attacks._fab_device.fab_device", no_step)
+    monkeypatch.setattr(sys.modules["gradkit.attacks.fab"], "run", no_step)
     with pytest.raises(ValueError, match=message):
         gradkit.fab(mlp, points, **kwargs)
 
 
 def test_fab_t_needs_three_classes(linear, monkeypatch):
-    monkeypatch.setattr("gradkit.attacks._fab_device.fab_device", no_step)
+    monkeypatch.setattr(sys.modules["gradkit.attacks.fab"], "run", no_step)
     x = np.array([[0.3, 1.0]], "float32")
     with pytest.raises(ValueError, match="FAB-T.*at least 3 classes"):
         gradkit.fab(linear, x, [1], targeted=True)

@@ -1,4 +1,4 @@
-"""FAB's box-constrained projection (`_fab_projection.project`) against a plain per-row reference that
+"""FAB's box-constrained projection (`gradkit.attacks.fab.project`) against a plain per-row reference that
 sorts the breakpoints and walks them (the textbook form of Croce & Hein 2020, Section 3), in float64:
 boxes that reach the hyperplane and boxes that cannot, zero entries of `w`, ties, and the step's
 contract (on the hyperplane where reachable, inside the box)."""
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gradkit import backend
-from gradkit.attacks._fab_projection import project
+from gradkit.attacks.fab import project
 
 
 def _reference(t, w, c, norm, lo, hi):

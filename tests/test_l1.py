@@ -11,7 +11,8 @@ from sklearn.datasets import load_digits
 
 import gradkit
 from gradkit import _checks
-from gradkit.attacks import _apgd_l1, _l1_box
+from gradkit.attacks import geometry
+from gradkit.attacks.apgd import l1_marks, sparse_direction, stages
 
 from conftest import BACKEND, set_weights_from
 
@@ -22,10 +23,10 @@ def _device_projection():
     """`project_l1_box` as the attacks run it: compiled whole on JAX (op by op, eager JAX compiles each
     op anew for every shape)."""
     if BACKEND != "jax":
-        return _l1_box.project_l1_box
+        return geometry.project_l1_box
     import jax
 
-    return jax.jit(_l1_box.project_l1_box)
+    return jax.jit(geometry.project_l1_box)
 
 
 DEVICE_PROJECTION = _device_projection()
@@ -37,7 +38,7 @@ def project(v, eps, lo=None, hi=None, host=False):
     v, lo, hi = (None if a is None else np.atleast_2d(np.asarray(a, np.float32)) for a in (v, lo, hi))
     eps = np.asarray(eps, np.float32)
     if host:
-        out = _l1_box.project_l1_box_host(v, eps, lo, hi)
+        out = geometry.project_l1_box_host(v, eps, lo, hi)
     else:
         tensors = [None if a is None else ops.convert_to_tensor(a) for a in (v, eps, lo, hi)]
         out = ops.convert_to_numpy(DEVICE_PROJECTION(*tensors)).astype(np.float64)
@@ -105,7 +106,7 @@ def test_sparse_step_moves_the_top_fraction_with_unit_l1_norm():
     rng = np.random.default_rng(0)
     g = rng.normal(size=(4, 50)).astype(np.float32)
     topk = np.array([0.2, 0.0, 1.0, 0.5], np.float32)
-    s = ops.convert_to_numpy(_l1_box.sparse_direction(ops.convert_to_tensor(g), ops.convert_to_tensor(topk)))
+    s = ops.convert_to_numpy(sparse_direction(ops.convert_to_tensor(g), ops.convert_to_tensor(topk)))
     for row, k in zip(range(4), topk):
         moved = np.flatnonzero(s[row])
         expected = 50 - min(int((1 - k) * 50), 49)  # coordinates at or above the floor((1-k) d)-th smallest
@@ -116,10 +117,10 @@ def test_sparse_step_moves_the_top_fraction_with_unit_l1_norm():
 
 
 def test_l1_schedules():
-    assert _apgd_l1.marks(100) == list(range(4, 101, 4))
-    assert _apgd_l1.marks(10) == list(range(1, 11))
-    assert _apgd_l1.stages(1.0, 100) == [(3.0, 30), (2.0, 30), (1.0, 40)]
-    assert _apgd_l1.stages(1.0, 2) == [(1.0, 2)]
+    assert l1_marks(100) == list(range(4, 101, 4))
+    assert l1_marks(10) == list(range(1, 11))
+    assert stages(1.0, 100) == [(3.0, 30), (2.0, 30), (1.0, 40)]
+    assert stages(1.0, 2) == [(1.0, 2)]
 
 
 def test_check_norm_takes_the_callers_set():

@@ -2,7 +2,8 @@
 
 Rules: a module imports no gradkit package of a higher rank; it reaches into no other package's private
 module (`gradkit.pkg._mod`); only `gradkit/backend/` imports tensorflow, jax or torch; no import cycle
-between modules; every file at most 250 lines.
+between modules; a module of `attacks/` (one attack family, read top to bottom) at most 600 lines, every
+other file at most 300; no `# fmt: skip` packing.
 """
 
 import ast
@@ -57,7 +58,7 @@ def _imports(path, module, is_package):
 
 
 def _package(name):
-    """'gradkit.attacks._loop' -> 'attacks'; 'gradkit' -> '__init__'."""
+    """'gradkit.attacks.apgd' -> 'attacks'; 'gradkit' -> '__init__'."""
     parts = name.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 
@@ -131,10 +132,18 @@ def test_no_import_cycle_between_modules():
         visit(node)
 
 
-def test_files_stay_under_250_lines():
-    long = [
-        f"{p.relative_to(SRC)}: {n}"
-        for p in SRC.rglob("*.py")
-        if (n := len(p.read_text().splitlines())) > 250
-    ]
+ATTACK_MODULE_LINES, OTHER_LINES = 600, 300
+
+
+def test_files_stay_within_their_size_caps():
+    long = []
+    for p in SRC.rglob("*.py"):
+        cap = ATTACK_MODULE_LINES if p.parent.name == "attacks" else OTHER_LINES
+        if (n := len(p.read_text().splitlines())) > cap:
+            long.append(f"{p.relative_to(SRC)}: {n} lines (cap {cap})")
     assert not long, "\n".join(long)
+
+
+def test_no_fmt_skip_packing():
+    packed = [f"{p.relative_to(SRC)}" for p in SRC.rglob("*.py") if "fmt: skip" in p.read_text()]
+    assert not packed, "\n".join(packed)

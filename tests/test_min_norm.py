@@ -183,7 +183,7 @@ def test_fab_in_min_norm_reaches_the_closed_form_and_the_minimum_is_kept(norm):
 
 
 def test_l1_and_l0_projections_by_hand():
-    from gradkit.attacks._l1_ball import project_l0_ball, project_l1_ball
+    from gradkit.attacks.geometry import project_l0_ball, project_l1_ball
 
     v = keras.ops.convert_to_tensor(
         np.array([[3.0, -1.0, 0.5], [1.0, 1.0, 1.0], [0.5, -0.5, 0.0]], "float32")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import gradkit
-from gradkit.attacks import _prepare as _base
+from gradkit import attacks as _base
 
 from conftest import set_weights_from
 

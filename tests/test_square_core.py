@@ -1,10 +1,11 @@
-"""The numpy core of the Square Attack on a linear softmax model whose margin loss is written here."""
+"""The numpy reference of the Square Attack (`oracles.square`) on a linear softmax model whose margin loss
+is written here."""
 
 import numpy as np
 import pytest
 
-from gradkit.attacks._square import as_image, p_schedule, square_core
-from gradkit.attacks._square_proposals import eta
+from gradkit.attacks.square import as_image, eta, p_schedule
+from oracles.square import square_core
 
 SHAPE, C = (8, 8, 2), 4
 D = int(np.prod(SHAPE))
@@ -152,7 +153,7 @@ def test_linf_proposal_changes_one_window_of_the_x0_plus_minus_eps_corners(chann
     """Linf proposals: each sample's candidate differs from its best point in one window at most, sets
     it to `x0 +- eps` (one sign per channel, clipped), and is redrawn (up to 8 draws) while it would
     not change: with one-pixel windows already at `x0 + eps`, 1 - 2^-8 of them change per channel."""
-    from gradkit.attacks._square_proposals import linf_proposal
+    from oracles.square import linf_proposal
 
     rng, n = np.random.default_rng(0), 2000
     x0 = rng.uniform(0.2, 0.8, size=(n, 6, 6, channels)).astype(np.float32)

@@ -1,8 +1,10 @@
-"""The Square Attack on the attack engine against its numpy reference (`_square.square_core`): the random
+"""The Square Attack on the attack engine against its numpy reference (`oracles.square`): the random
 streams differ, so the engine is checked on what the core guarantees (ball and box, the flags read off
 the decision, the query counts of rows that succeed and of those that do not, the easy rows broken) and on
-the same success rates; its proposals on the rules of `_square_proposals`; one trace for every eps,
+the same success rates; its proposals on the reference's rules; one trace for every eps,
 budget and `p_init`; the early stop read at the fixed check interval."""
+
+import sys
 
 import keras
 import numpy as np
@@ -10,10 +12,11 @@ import pytest
 
 import gradkit
 from gradkit import backend
-from gradkit.attacks import _engine, _square_device
-from gradkit.attacks._square import p_schedule, square_core
-from gradkit.attacks._square_attack import square_run
-from gradkit.attacks._square_ops import draws, l2_proposal, linf_proposal
+from gradkit.attacks import _engine, recording
+from gradkit.attacks.square import draws, l2_proposal, linf_proposal, p_schedule
+from oracles.square import square_core
+
+SQUARE = sys.modules["gradkit.attacks.square"]  # the module (`gradkit.attacks.square` is the function)
 
 SHAPE, C = (8, 8, 2), 4
 D = int(np.prod(SHAPE))
@@ -40,6 +43,13 @@ def margin_forward(x, labels, targets=None):
     return others.max(axis=1) - z[np.arange(len(z)), labels], z.argmax(axis=1)
 
 
+def square_run(model, x, y, **kwargs):
+    """`gradkit.square` and its frame (its counts and objective): `(x_adv, success, frame)`."""
+    with recording() as record:
+        x_adv = gradkit.square(model, x, y, **kwargs)
+    return x_adv, record.success, record.frame
+
+
 def distance(a, b, norm):
     d = (a - b).reshape(len(a), -1).astype(np.float64)
     if norm == 1:
@@ -64,17 +74,14 @@ def test_engine_keeps_the_reference_guarantees_and_success_rate(norm):
 @pytest.mark.parametrize("norm", [np.inf, 2])
 def test_query_counts_per_row(norm, monkeypatch):
     used_seen = []
-    device = _square_device.square_device
+    device = SQUARE.run
 
     def keep(*args, **kwargs):
         out = device(*args, **kwargs)
         used_seen.append(out[2])
         return out
 
-    monkeypatch.setattr(_square_device, "square_device", keep)
-    from gradkit.attacks import _square_attack
-
-    monkeypatch.setattr(_square_attack, "square_device", keep)
+    monkeypatch.setattr(SQUARE, "run", keep)
     labels = labels_of(X0)
     _, success, session = square_run(linear(), X0, labels, eps=EPS[norm], norm=norm, n_queries=150,
                                      p_init=0.3, clip_values=(0, 1), seed=1)  # fmt: skip
@@ -94,7 +101,7 @@ def test_one_trace_for_any_eps_budget_and_p_init():
 
 def test_schedule_tables_follow_p_schedule():
     for n_queries, p_init in [(10000, 0.8), (1000, 0.3), (37, 0.5), (1, 0.8)]:
-        starts, sides, _ = _square_device.schedule(p_init, n_queries, 32, 32, np.inf)
+        starts, sides, _ = SQUARE.schedule(p_init, n_queries, 32, 32, np.inf)
         for i in range(n_queries - 1):
             stage = int(np.sum(i >= starts))
             assert np.isclose(p_init / 2**stage, p_schedule(p_init, i, n_queries)), (n_queries, i)
@@ -127,7 +134,7 @@ def test_l2_proposal_stays_on_the_sphere_and_rescales_outside_its_windows():
     x0 = rng.uniform(0.3, 0.7, size=(n, 10, 10, 2)).astype(np.float32)
     delta = rng.normal(size=x0.shape).astype(np.float32)
     best = x0 + eps * delta / np.linalg.norm(delta.reshape(n, -1), axis=1).reshape(n, 1, 1, 1)
-    _, sides, patterns = _square_device.schedule(0.1, 1000, 10, 10, 2)
+    _, sides, patterns = SQUARE.schedule(0.1, 1000, 10, 10, 2)
     stage = backend.to_tensor(np.asarray(0, np.int32))
     u, _ = backend.uniform((n, draws(2, 2)), backend.seed_state(0))
     cand = l2_proposal(_tensor(best), _tensor(x0), _engine.scalar(eps), backend.to_tensor(patterns),
@@ -146,7 +153,7 @@ def test_rows_that_all_succeed_stop_at_the_first_check(monkeypatch):
     labels = labels_of(X0[:20])
     _, success, session = square_run(linear(), X0[:20], labels, eps=0.5, n_queries=1000,
                                      clip_values=(0, 1), seed=0)  # fmt: skip
-    assert success.all() and counted == [_square_device.CHECK_EVERY]
+    assert success.all() and counted == [SQUARE.CHECK_EVERY]
     assert session.n_forwards < 20 * 10  # the start, a few proposals: frozen rows are not counted
 
 

@@ -1,7 +1,10 @@
-"""Square Linf's redraw rule (`_square_ops.window_sums`): the sums of `|end - best|` over each window, over a
-gathered patch once the window fits in it, against the previous formula (the window as a mask over the whole
-image) at several image sizes and every window side (both branches), and the attack's outputs with the patch
-against those with the whole-image formula (`PATCH_FRACTION = 1`) at several sizes, seeds and `p_init`."""
+"""Square Linf's redraw rule (`gradkit.attacks.square.window_sums`): the sums of `|end - best|` over each
+window, over a gathered patch once the window fits in it, against the previous formula (the window as a
+mask over the whole image) at several image sizes and every window side (both branches), and the
+attack's outputs with the patch against those with the whole-image formula (`PATCH_FRACTION = 1`) at
+several sizes, seeds and `p_init`."""
+
+import sys
 
 import keras
 import numpy as np
@@ -10,7 +13,8 @@ from keras import ops
 
 import gradkit
 from gradkit import backend
-from gradkit.attacks import _square_ops
+
+_square_ops = sys.modules["gradkit.attacks.square"]  # the module (`gradkit.attacks.square` is the function)
 
 
 def _tensor(a):

@@ -1,6 +1,8 @@
 """gradkit.apgd and gradkit.square on real Keras models, on every backend: threat-model properties,
 strength against PGD, one trace per run, the ensemble objectives, bad input."""
 
+import sys
+
 import keras
 import numpy as np
 import pytest
@@ -144,27 +146,30 @@ def test_apgd_t_runs_its_targets_together_and_keeps_the_first_that_succeeds(digi
     """APGD-T stacks the rows of all its targets into one run (rows independent, so it equals one run
     per target); a point keeps the example of the first target (in rank order) that fooled it, else
     its first target's best iterate. A stand-in core decides which (point, target) rows succeed."""
-    from gradkit.attacks import _apgd_attack
+    _apgd_attack = sys.modules["gradkit.attacks.apgd"]  # the module (`gradkit.attacks.apgd`: the function)
 
     model, x, y = digits_mlp
     x, y, n, k = x[:12], y[:12], 12, 4
     calls = []
 
-    def fake_core(session, x0, labels, *, targets, **options):
+    def fake_core(frame, x0, labels, targets, **options):
         calls.append(len(x0))
         j, i = np.divmod(np.arange(len(x0)), n)  # target-major rows: target j of point i
         hit = (i % 4 == j) & (j > 0)  # point i is fooled by target i % 4, unless that is target 0
         hit |= (i % 4 == 3) & (j == 2)  # ... and points 3, 7, 11 by target 2 before target 3
         return x0 + np.float32(0.01) * (j + 1)[:, None], hit
 
-    monkeypatch.setattr(_apgd_attack, "apgd_device", fake_core)
-    adv, success, _ = _apgd_attack.apgd_run(model, x, y, eps=0.1, loss="dlr", targeted=True,
-                                            n_target_classes=k, clip_values=(0, 1))  # fmt: skip
+    monkeypatch.setattr(_apgd_attack, "run", fake_core)
+    with gradkit.attacks.recording() as record:
+        adv = gradkit.apgd(
+            model, x, y, eps=0.1, loss="dlr", targeted=True, n_target_classes=k, clip_values=(0, 1)
+        )
+    success = record.success
     assert calls == [n * k]  # one run for the 4 targets
     first = np.array([[0, 1, 2, 2][i % 4] for i in range(n)])
     np.testing.assert_array_equal(success, np.arange(n) % 4 != 0)
     np.testing.assert_allclose(adv, x + 0.01 * (first + 1)[:, None], atol=1e-6)  # target 0: best iterate
-    monkeypatch.setattr(_apgd_attack, "_STACKED_VALUES", n * x.shape[1] * 2)  # two targets per run
+    monkeypatch.setattr(_apgd_attack, "STACKED_VALUES", n * x.shape[1] * 2)  # two targets per run
     assert [len(g) for g in _apgd_attack._groups([0, 1, 2, 3, 4], n, x.shape[1])] == [2, 2, 1]
 
 
@@ -197,18 +202,17 @@ def test_a_bound_forward_gives_forward_and_traces_nothing_new(digits_mlp, batch_
 
 
 def test_square_with_its_bound_forward_equals_the_plain_forward(digits_mlp):
-    """The numpy core queries through `Session.bind`; with the session's plain `forward` it draws the
+    """The numpy reference queries through `Frame.bind`; with the frame's plain `forward` it draws the
     same proposals and gives the same examples and query counts."""
-    from gradkit.attacks._session import Session
-    from gradkit.attacks._square import square_core
+    from gradkit.attacks._frame import Frame
+    from oracles.square import square_core
 
     model, x, y = digits_mlp
     x, y = x[:60], y[:60]
     options = dict(eps=0.1, norm=np.inf, n_queries=80, p_init=0.8, clip_values=(0.0, 1.0))
     runs = []
     for bound in (True, False):
-        session = Session(model, x, y, eps=0.1, norm=np.inf, clip_values=(0, 1), batch_size=None,
-                          output=None, loss="margin", objective="loss_sum")  # fmt: skip
+        session = Frame(model, x, y, loss="margin", clip_values=(0, 1), single_input="Square")
         runs.append(square_core(session.forward, session.x0, session.labels, rng=0,
                                 bind=session.bind if bound else None, **options))  # fmt: skip
         runs[-1] += (session.n_forwards,)
@@ -217,10 +221,10 @@ def test_square_with_its_bound_forward_equals_the_plain_forward(digits_mlp):
     adv, success, used, forwards = runs[0]
     assert forwards == used.sum() and 0 < success.sum() < 60
     # gradkit.square runs on the attack engine (its own random stream): the same success rate
-    from gradkit.attacks._square_attack import square_run
-
     options.pop("clip_values")
-    adv, engine_success, session = square_run(model, x, y, seed=0, clip_values=(0, 1), **options)
+    with gradkit.attacks.recording() as session:
+        adv = gradkit.square(model, x, y, seed=0, clip_values=(0, 1), **options)
+    engine_success = session.success
     assert abs(engine_success.mean() - success.mean()) <= 0.15 and session.n_gradients == 0
     np.testing.assert_array_equal(engine_success, decide(model, adv) != y)
 

@@ -1,64 +1,70 @@
-"""Gradient attacks on Keras models and weighted ensembles: FGSM, BIM, PGD and APGD (Linf, L2 and L1).
+"""Attacks on Keras classifiers, weighted ensembles and boosted models: one module per attack family.
 
-FGSM, BIM and PGD are the same projected loop (`_loop.py`, its geometry in `_geometry.py`): FGSM is one BIM
-step with `eps_step = eps`; BIM is PGD without random start. Every iterate is projected onto the eps-ball
-around the clean input and clipped to `clip_values`. Each step is one compiled call for all ensemble members
-that also moves, projects, clips and records the best iterate on the device (the engine, `_engine.py`; APGD
-runs on it too, `_apgd_device.py`), and attacks on the same model with the same `loss`/`output`/`batch_size`
-share it. The loop over steps is a Python loop: on CPU a PGD fused into one `jax.lax.fori_loop` measured
-7.5x slower than a Python loop of jitted steps.
+| module        | attacks                          | kind                        | norms            |
+|---------------|----------------------------------|-----------------------------|------------------|
+| `pgd.py`      | `fgsm`, `bim`, `pgd`             | at eps, gradient            | Linf, L2, L1     |
+| `apgd.py`     | `apgd` (CE, DLR, APGD-T, APGD-L1)| at eps, gradient            | Linf, L2, L1     |
+| `square.py`   | `square`                         | at eps, scores only         | Linf, L2, L1     |
+| `fab.py`      | `fab` (FAB, FAB-T)               | minimum-norm, or at eps     | Linf, L2, L1     |
+| `fmn.py`      | `fmn`                            | minimum-norm                | L0, L1, L2, Linf |
+| `ddn.py`      | `ddn`                            | minimum-norm                | L2               |
 
-References:
-    Goodfellow, Shlens & Szegedy (2015), "Explaining and harnessing adversarial examples", ICLR,
-    https://arxiv.org/abs/1412.6572
-    Kurakin, Goodfellow & Bengio (2017), "Adversarial examples in the physical world", ICLR workshop,
-    https://arxiv.org/abs/1607.02533
-    Madry, Makelov, Schmidt, Tsipras & Vladu (2018), "Towards deep learning models resistant to
-    adversarial attacks", ICLR, https://arxiv.org/abs/1706.06083
+Each attack module reads top to bottom: the paper's algorithm in its docstring, the public function,
+the step's `update` in `keras.ops`, its schedules and starts. What they share: `geometry.py` (norms,
+directions, projections, starts), `_frame.py` (the model normalised once, the checked batch, the
+recorder of success and costs), `_engine.py` (the state dict advanced by one compiled step) and
+`registry.py` (the attacks by name, `run_attack`). A module shares its attack's name: import its parts
+with `from gradkit.attacks.apgd import checkpoints`.
 """
 
-from gradkit.attacks._apgd_attack import apgd
-from gradkit.attacks._bim import bim
-from gradkit.attacks._ddn import ddn
-from gradkit.attacks._fab import fab
-from gradkit.attacks._fgsm import fgsm
-from gradkit.attacks._fmn import fmn
-from gradkit.attacks._geometry import TINY
-from gradkit.attacks._geometry import default_eps_step
-from gradkit.attacks._geometry import direction_tensor
-from gradkit.attacks._geometry import per_sample_norm_tensor
-from gradkit.attacks._geometry import project_and_clip_tensor
-from gradkit.attacks._pgd import pgd
-from gradkit.attacks._prepare import gradient_for
-from gradkit.attacks._prepare import predict_labels
-from gradkit.attacks._prepare import prepare
-from gradkit.attacks._registry import NAMES
-from gradkit.attacks._registry import AttackResult
-from gradkit.attacks._registry import decide
-from gradkit.attacks._registry import is_ensemble
-from gradkit.attacks._registry import run_attack
-from gradkit.attacks._square_attack import square
+from gradkit.attacks.apgd import apgd
+from gradkit.attacks.ddn import ddn
+from gradkit.attacks.fab import fab
+from gradkit.attacks.fmn import fmn
+from gradkit.attacks.pgd import bim
+from gradkit.attacks.pgd import fgsm
+from gradkit.attacks.pgd import pgd
+from gradkit.attacks.square import square
+from gradkit.attacks.geometry import TINY
+from gradkit.attacks.geometry import default_eps_step
+from gradkit.attacks.geometry import direction_tensor
+from gradkit.attacks.geometry import per_sample_norm_tensor
+from gradkit.attacks.geometry import project_and_clip_tensor
+from gradkit.attacks._frame import gradient_for
+from gradkit.attacks._frame import predict_labels
+from gradkit.attacks._frame import prepare
+from gradkit.attacks._frame import recording
+from gradkit.attacks.registry import MIN_NORM_NAMES
+from gradkit.attacks.registry import NAMES
+from gradkit.attacks.registry import TABLE
+from gradkit.attacks.registry import AttackResult
+from gradkit.attacks.registry import decide
+from gradkit.attacks.registry import is_ensemble
+from gradkit.attacks.registry import run_attack
 
 __all__ = [
+    "MIN_NORM_NAMES",
     "NAMES",
+    "TABLE",
     "TINY",
     "AttackResult",
     "apgd",
     "bim",
     "ddn",
     "decide",
-    "fab",
     "default_eps_step",
     "direction_tensor",
-    "gradient_for",
-    "is_ensemble",
-    "run_attack",
-    "square",
+    "fab",
     "fgsm",
     "fmn",
+    "gradient_for",
+    "is_ensemble",
+    "per_sample_norm_tensor",
     "pgd",
     "predict_labels",
-    "per_sample_norm_tensor",
     "prepare",
     "project_and_clip_tensor",
+    "recording",
+    "run_attack",
+    "square",
 ]

@@ -129,6 +129,7 @@ from gradkit.backend._summaries import write_histograms  # noqa: E402
 
 NAME = _name
 EAGER = _impl.EAGER
+STEPS_RUN_EAGERLY = _impl.EAGER  # temporary, until the backend redesign lands
 ROW_QUANTUM = _impl.ROW_QUANTUM
 compile_grad = _impl.compile_grad
 compile_forward = _impl.compile_forward

@@ -9,7 +9,8 @@ from keras import tree
 
 from gradkit import _checks
 from gradkit.attacks import (
-    apgd,
+    MIN_NORM_NAMES,
+    TABLE,
     bim,
     default_eps_step,
     fgsm,
@@ -17,15 +18,16 @@ from gradkit.attacks import (
     pgd,
     predict_labels,
     prepare,
-    square,
 )
-from gradkit.evaluation._min_norm import NAMES as MIN_NORM_NAMES
 from gradkit.evaluation._min_norm import min_norm
 from gradkit.evaluation._plan import Entry, check_adversarial
 from gradkit.evaluation._suite import evaluate
 from gradkit.gradients import WeightedEnsemble, as_ensemble
 
-_ATTACKS = {"fgsm": fgsm, "bim": bim, "pgd": pgd, "apgd": apgd, "square": square}
+# the attack functions run at each eps, by name (apgd, square, pgd, bim, fgsm); the minimum-norm ones
+# (fmn, ddn, fab) run once through `min_norm`
+_MIN_NORM = {TABLE[name].function for name in MIN_NORM_NAMES}
+_ATTACKS = {a.function.__name__: a.function for a in TABLE.values() if a.function not in _MIN_NORM}
 
 
 def _check_epsilons(epsilons):

@@ -20,6 +20,7 @@ References:
 import numpy as np
 
 from gradkit import _checks
+from gradkit.attacks import TABLE
 
 CARLINI = "Carlini et al. (2019), On Evaluating Adversarial Robustness, https://arxiv.org/abs/1902.06705"
 PINTOR = "Pintor et al. (2022), Indicators of Attack Failure, NeurIPS, https://arxiv.org/abs/2106.09947"
@@ -31,7 +32,7 @@ TRAMER = (
     "Tramer, Carlini, Brendel & Madry (2020), On Adaptive Attacks to Adversarial Example Defenses, "
     "NeurIPS, https://arxiv.org/abs/2002.08347"
 )
-_ITERATIVE = ("apgd-ce", "apgd-dlr", "apgd-t", "pgd", "bim")
+_ITERATIVE = tuple(name for name, attack in TABLE.items() if attack.ascent)  # APGD, PGD, BIM
 MASKING_SHARE = 0.01  # Square must break more than this share of the points it attacks to flag masking
 MASKING_MIN_POINTS = 2  # ... and at least this many
 

@@ -6,11 +6,9 @@ import dataclasses
 import numpy as np
 
 from gradkit import _checks
-from gradkit import attacks as _attacks
-from gradkit.attacks import decide, gradient_for, prepare
-
-_NORMS = {"fmn": (0.0, 1.0, 2.0, np.inf), "ddn": (2.0,), "fab": (1.0, 2.0, np.inf)}
-NAMES = tuple(_NORMS)
+from gradkit.attacks import MIN_NORM_NAMES as NAMES
+from gradkit.attacks import TABLE, decide, gradient_for, prepare
+from gradkit.attacks.geometry import norms as _norms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,8 +44,8 @@ def attack_for(name, norm):
     """The attack function `name` ("fmn", "ddn", "fab": `gradkit.attacks.<name>`) after checking that it
     takes `norm`."""
     _checks.check_choice(name, "attacks", NAMES)
-    _checks.check_norm(norm, allowed=_NORMS[name], attack=name.upper())
-    return getattr(_attacks, name)
+    _checks.check_norm(norm, allowed=TABLE[name].norms, attack=name.upper())
+    return TABLE[name].function
 
 
 def _check(attack_names, norm, options):
@@ -140,10 +138,3 @@ def min_norm(model, x, y, *, norm, attacks=("fmn",), batch_size=None, output=Non
         rows = todo[better]
         norms[rows], x_adv[rows], best[rows] = size[better], adv[better], name
     return MinNormResult(norm, norms, x_adv, best.astype(str))
-
-
-def _norms(delta, norm):
-    rows = np.asarray(delta, np.float64).reshape(len(delta), -1)
-    if norm == 0:
-        return np.count_nonzero(rows, axis=1).astype(np.float64)
-    return np.linalg.norm(rows, ord=norm, axis=1)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from gradkit import _checks
-from gradkit.attacks import NAMES, is_ensemble
+from gradkit.attacks import NAMES, TABLE, is_ensemble
 from gradkit.evaluation import _versions
 from gradkit.gradients import (
     as_ensemble,
@@ -26,12 +26,8 @@ from gradkit.gradients import (
     resolve_loss,
 )
 
-GRADIENT = ("apgd-ce", "apgd-dlr", "apgd-t", "fab", "fab-t", "pgd", "bim", "fgsm")
-ITERATIVE = ("apgd-ce", "apgd-dlr", "apgd-t", "fab", "fab-t", "pgd", "bim")
-SURROGATE = ("apgd-ce", "apgd-dlr", "apgd-t", "pgd", "bim", "fgsm")  # the attacks that take `surrogate`
 OBJECTIVES = ("loss_sum", "logit_mean", "prob_mean", "vote_margin")
 ENSEMBLE_OBJECTIVES = ("loss_sum", "vote_margin")
-_MIN_CLASSES = _versions.MIN_CLASSES
 _WHY = {"fab-t": "FAB-T, targeted at classes other than the label,"}
 
 
@@ -103,12 +99,12 @@ def plan_version(version, norm, ensemble, classes, eot_iter):
     entries, skipped = [], []
     objectives = ENSEMBLE_OBJECTIVES if ensemble else (None,)
     for run in _versions.runs(version, norm, eot_iter):
-        needed = _MIN_CLASSES.get(run.attack, 0)
+        needed = TABLE[run.attack].min_classes
         if classes and classes < needed:
             skipped.append((run.attack, f"needs at least {needed} classes; the model has {classes}"))
         else:
             entries += [Entry(f"{run.attack}/{o}" if o else run.attack, run.attack, o, settings=run.settings)
-                        for o in (objectives if run.attack in GRADIENT else (None,))]  # fmt: skip
+                        for o in (objectives if TABLE[run.attack].gradients else (None,))]  # fmt: skip
     return tuple(entries), tuple(skipped)
 
 
@@ -163,7 +159,7 @@ def check_data(model, x, y):
 
 def _check_classes(entries, classes):
     for entry in entries:
-        needed = _MIN_CLASSES.get(entry.attack, 0)
+        needed = TABLE[entry.attack].min_classes if entry.attack else 0
         if classes and classes < needed:
             _checks.fail(
                 "attacks",
@@ -206,15 +202,15 @@ def check_config(model, classes, *, attacks, eps, norm, clip_values, batch_size,
 def options(entry, config):
     """Keyword options of `gradkit.attacks.run_attack` for a registry `entry` (a version's settings, from
     `_versions.TABLE`, are the entry's)."""
-    opts = {}
-    if entry.attack == "square":
+    attack, opts = TABLE[entry.attack], {}
+    if attack.budget_option == "n_queries":
         opts["n_queries"] = config.n_queries
-    elif entry.attack != "fgsm":
+    elif attack.budget_option == "steps":
         opts["steps"] = config.steps
     opts.update(entry.settings)
     if entry.objective:
         opts["objective"] = entry.objective
-    if config.surrogate is not None and entry.attack in SURROGATE:
+    if config.surrogate is not None and attack.eot:
         opts["surrogate"] = config.surrogate
     return opts
 

@@ -38,9 +38,6 @@ from gradkit import _checks
 
 VERSIONS = ("standard", "plus", "rand", "custom")
 EOT = "eot_iter"  # a setting whose value is `gradkit.evaluate`'s `eot_iter`
-# the fewest classes each attack needs: DLR divides by the gap to the 3rd largest logit (targeted: 4th);
-# FAB-T's targets are classes other than the label and the top other class
-MIN_CLASSES = {"apgd-dlr": 3, "apgd-t": 4, "fab-t": 3}
 
 
 @dataclasses.dataclass(frozen=True)

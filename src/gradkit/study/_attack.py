@@ -36,11 +36,12 @@ References:
 
 import numpy as np
 
+from gradkit.attacks import MIN_NORM_NAMES
 from gradkit.evaluation import evaluate, min_norm, wilson_interval
 from gradkit.study._norms import VALUES
 
 WORST = "worst_case"
-MIN_NORM = ("fmn", "fab", "ddn")  # minimum-norm attacks: one run per model gives every eps
+MIN_NORM = MIN_NORM_NAMES  # minimum-norm attacks: one run per model gives every eps
 SCOPES = {
     "worst_case": "all test points; broken by any attack at this eps or below",
     "cumulative": "all test points; broken by this attack at this eps or below",

@@ -1,21 +1,9 @@
-"""The numerical core of Auto-PGD (Croce & Hein 2020, Algorithm 1), in numpy over one `step` callable.
+"""The numpy reference of Auto-PGD (Croce & Hein 2020, Algorithm 1) over one `step` callable: the oracle
+the device APGD of `gradkit.attacks.apgd` is checked against.
 
 `apgd_core` knows nothing of Keras: it calls `step(x, labels, targets) -> (values, predictions, grad)`
-on the still-attacked rows only and keeps the whole state (iterates, step sizes, the best point and its
-gradient, the first successful example) in numpy, so one code serves a model, an ensemble or any backend.
-
-Algorithm (Linf and L2): start at `x_init` or at a random point of the eps-sphere (as AutoAttack does:
-Linf `x0 + eps * t / max|t|` with `t ~ U(-1, 1)^d`, L2 `x0 + eps * t / ||t||_2` with `t ~ N(0, I)`, then
-clipped); step size `2 * eps`; the first step is a plain projected step, the following ones
-`z = P(x_k + eta * dir(g_k))`, `x_{k+1} = P(x_k + alpha (z - x_k) + (1 - alpha)(x_k - x_{k-1}))`, with
-`dir` the sign (Linf) or the unit-L2 direction (L2) and `P` the projection onto the eps-ball and the box.
-At each checkpoint `w_j = ceil(p_j * steps)` (`checkpoints`) a sample halves its step size and restarts
-from its best point (with that point's gradient) when condition 1 (fewer than `rho * (w_j - w_{j-1})`
-increases of the objective since the last checkpoint) or condition 2 (step size not halved at the last
-checkpoint and best objective not improved since) holds; as in AutoAttack, condition 2 cannot fire at
-the first checkpoint. Checkpoints follow the paper's ceil (AutoAttack's code floors; equal for 100 steps)
-and condition 1 its strict `<` (AutoAttack's code halves at `<=`); after a restart, the next increase is
-counted against the objective of the iterate that was replaced (as in AutoAttack's code).
+on the still-attacked rows only and keeps the whole state in numpy. The algorithm, its checkpoints and
+its start are those of `gradkit.attacks.apgd` (imported from there); the step is geometry's numpy rules.
 
 References:
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
@@ -28,7 +16,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from gradkit import _checks
-from gradkit.attacks import _geometry as geometry
+from gradkit.attacks import geometry
+from gradkit.attacks.apgd import checkpoints, sphere_start
 
 
 def succeeded(predictions, labels, targets):
@@ -36,32 +25,6 @@ def succeeded(predictions, labels, targets):
     if targets is None:
         return np.asarray(predictions) != np.asarray(labels)
     return np.asarray(predictions) == np.asarray(targets)
-
-
-def checkpoints(steps):
-    """The checkpoints `w_j = ceil(p_j * steps)` of APGD, as a sorted list of distinct ints <= `steps`.
-
-    `p_0 = 0`, `p_1 = 0.22`, `p_{j+1} = p_j + max(p_j - p_{j-1} - 0.03, 0.06)`; computed in exact
-    hundredths, so `checkpoints(100) == [0, 22, 41, 57, 70, 80, 87, 93, 99]`.
-    """
-    p = [0, 22]
-    while p[-1] < 100:
-        p.append(p[-1] + max(p[-1] - p[-2] - 3, 6))
-    return sorted({-(-pj * steps // 100) for pj in p if -(-pj * steps // 100) <= steps})
-
-
-def sphere_start(x0, eps, norm, rng):
-    """AutoAttack's start `(n, ...)` float: x0 plus eps times a random Linf- or L2-normalised direction;
-    L1: x0 plus a standard gaussian, which the caller projects onto the L1-ball and the box."""
-    if norm == 1:
-        return x0 + rng.standard_normal(size=x0.shape).astype(x0.dtype)
-    if norm == np.inf:
-        t = rng.uniform(-1.0, 1.0, size=x0.shape)
-        scale = np.abs(t).reshape(len(t), -1).max(axis=1).reshape((-1,) + (1,) * (x0.ndim - 1))
-    else:
-        t = rng.standard_normal(size=x0.shape)
-        scale = geometry.per_sample_norm(t)
-    return x0 + (eps * t / np.maximum(scale, geometry.TINY)).astype(x0.dtype)
 
 
 def _evaluate(run, x_new, idx):
@@ -125,9 +88,21 @@ def _init_run(step, x0, labels, targets, x_start, **options):
 
 
 def apgd_core(
-    step, x0, labels, *, eps, norm, steps, clip_values, rng, targets=None, x_init=None, rho=0.75,
-    momentum=0.75, early_stop=True,
-):  # fmt: skip
+    step,
+    x0,
+    labels,
+    *,
+    eps,
+    norm,
+    steps,
+    clip_values,
+    rng,
+    targets=None,
+    x_init=None,
+    rho=0.75,
+    momentum=0.75,
+    early_stop=True,
+):
     """Auto-PGD (Croce & Hein 2020, Algorithm 1) on one input array, maximizing `step`'s objective.
 
     Args:
