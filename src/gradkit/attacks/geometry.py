@@ -265,7 +265,8 @@ def per_sample_l1(a):
 
 def norms(delta, norm):
     """The per-sample Lp norms `(n,)` float64 of a numpy `delta` `(n, ...)` (L0: nonzero coordinates)."""
-    rows = np.asarray(delta, np.float64).reshape(len(delta), -1)
+    rows = np.asarray(delta, np.float64)
+    rows = rows.reshape(len(rows), math.prod(rows.shape[1:]))  # explicit: no rows is (0, d)
     if norm == 0:
         return np.count_nonzero(rows, axis=1).astype(np.float64)
     return np.linalg.norm(rows, ord=norm, axis=1)
