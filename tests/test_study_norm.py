@@ -13,7 +13,7 @@ from gradkit import cli, study
 from gradkit.study import _attack, _outdir, _run, _train
 from gradkit.study._attack import WORST
 from gradkit.study._table import header
-from test_min_norm import X, curved, exact, labels, labels_of
+from oracles.linear import X, curved, exact, labels, labels_of
 
 
 def test_each_norm_has_its_defaults_and_spellings():

@@ -1,4 +1,4 @@
-"""Agreement with ART 1.20 and foolbox 3.3 on the same Keras model and data (case A4; PGD, L2).
+"""Agreement with ART 1.20 and foolbox 3.3 on the same Keras model and data (FGSM, PGD in Linf and L2).
 
 The peers run on TensorFlow only (ART's TensorFlowV2Classifier and foolbox's TensorFlowModel take a TF
 callable), so this module is skipped on the other backends; there, test_attacks.py compares FGSM with a
@@ -29,8 +29,8 @@ from conftest import ball  # noqa: E402
 LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
-def a4_model():
-    """Case A4: logits model Input(4) -> Dense(6, tanh) -> Dense(3)."""
+def tanh_model():
+    """A logits model Input(4) -> Dense(6, tanh) -> Dense(3)."""
     inp = keras.Input((4,))
     model = keras.Model(inp, keras.layers.Dense(3)(keras.layers.Dense(6, activation="tanh")(inp)))
     set_weights_from(model, seed=3)
@@ -55,13 +55,13 @@ def foolbox_attack(attack, model, x, y, eps, targeted=False):
 
 
 @pytest.fixture(scope="module")
-def a4_data():
+def tanh_data():
     x = np.random.RandomState(0).rand(50, 4).astype(np.float32)
     return x, np.arange(50) % 3
 
 
-def test_a4_fgsm_equals_art_and_foolbox_exactly(a4_data):
-    model, (x, y) = a4_model(), a4_data
+def test_fgsm_equals_art_and_foolbox_exactly(tanh_data):
+    model, (x, y) = tanh_model(), tanh_data
     ours = gradkit.fgsm(model, x, y, eps=0.1, clip_values=(0, 1))
     art = FastGradientMethod(art_classifier(model), eps=0.1, batch_size=len(x)).generate(x, y)
     np.testing.assert_array_equal(ours, ball(art, x))
@@ -70,8 +70,8 @@ def test_a4_fgsm_equals_art_and_foolbox_exactly(a4_data):
 
 
 @pytest.mark.parametrize("targeted", [False, True])
-def test_linf_pgd_equals_art_and_foolbox_exactly(a4_data, targeted):
-    model, (x, y) = a4_model(), a4_data
+def test_linf_pgd_equals_art_and_foolbox_exactly(tanh_data, targeted):
+    model, (x, y) = tanh_model(), tanh_data
     ours = gradkit.pgd(
         model,
         x,
@@ -93,8 +93,8 @@ def test_linf_pgd_equals_art_and_foolbox_exactly(a4_data, targeted):
     np.testing.assert_array_equal(ours, ball(foolbox_attack(pgd, model, x, y, 0.1, targeted), x))
 
 
-def test_l2_pgd_agrees_with_art_and_foolbox(a4_data):
-    model, (x, y) = a4_model(), a4_data
+def test_l2_pgd_agrees_with_art_and_foolbox(tanh_data):
+    model, (x, y) = tanh_model(), tanh_data
     kw = dict(eps=0.3, eps_step=0.075, steps=10, norm=2, random_start=False, keep="last")
     # foolbox also projects onto the ball and then clips to the box: equal up to float32 rounding of norms.
     ours = gradkit.pgd(model, x, y, clip_values=(0, 1), **kw)

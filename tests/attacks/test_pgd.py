@@ -1,4 +1,6 @@
-"""FGSM, BIM and PGD on every backend: properties, hand-computed values, cases A1-A4 and N3."""
+"""FGSM, BIM and PGD (`gradkit.attacks.pgd`) on every backend: the threat model's properties on a trained
+model, hand-computed steps of linear models, labels, several inputs and outputs, inference mode, seeded
+starts, the device loop against the numpy one, ensembles and their objectives, bad input."""
 
 import warnings
 
@@ -11,6 +13,7 @@ from sklearn.neural_network import MLPClassifier
 
 import gradkit
 from gradkit import attacks as _base
+from gradkit.attacks import decide, geometry
 
 from conftest import ball, set_weights_from
 
@@ -21,6 +24,8 @@ ATTACKS = {
         m, x, y, eps=eps, eps_step=eps / 2 or 0.05, steps=5, seed=0, **kw
     ),
 }
+
+
 LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
@@ -56,7 +61,7 @@ def accuracy(model, x, y):
 
 
 def tanh_model(seed=3):
-    """Case A2/A4 model: Input(4) -> Dense(6, tanh) -> Dense(3) logits, deterministic weights."""
+    """Input(4) -> Dense(6, tanh) -> Dense(3) logits, deterministic weights (labels, hand gradients)."""
     inp = keras.Input((4,))
     model = keras.Model(inp, keras.layers.Dense(3)(keras.layers.Dense(6, activation="tanh")(inp)))
     set_weights_from(model, seed=seed)
@@ -100,7 +105,7 @@ def test_targeted_success_rises(digits, name):
     assert distance(x_adv, x, np.inf).max() <= 0.2 + 1e-6
 
 
-def a1_model():
+def sign_model():
     inp = keras.Input((2,))
     model = keras.Model(inp, keras.layers.Dense(2)(inp))
     model.set_weights([np.array([[0, 1], [0, -1]], np.float32), np.zeros(2, np.float32)])
@@ -108,8 +113,8 @@ def a1_model():
     return model
 
 
-def test_a1_projection_around_clean_input_and_range():
-    model, x0, y = a1_model(), np.array([[0.5, 0.5], [0.95, 0.02]], np.float32), [0, 0]
+def test_projection_is_around_the_clean_input_and_inside_the_range():
+    model, x0, y = sign_model(), np.array([[0.5, 0.5], [0.95, 0.02]], np.float32), [0, 0]
     kw = dict(eps=0.1, eps_step=0.05, steps=10, clip_values=(0, 1), keep="last")
     x_bim = gradkit.bim(model, x0, y, **kw)
     np.testing.assert_allclose(x_bim, [[0.6, 0.4], [1.0, 0.0]], atol=1e-7)
@@ -125,7 +130,7 @@ def test_a1_projection_around_clean_input_and_range():
 def test_iterative_attacks_keep_the_first_iterate_that_fools_the_model():
     # z1 - z0 = x0 - x1: both samples are fooled after one step (sample 1 was misclassified already,
     # the clean start is not judged); later steps only push further, so "first_success" stops there.
-    model, x0, y = a1_model(), np.array([[0.5, 0.5], [0.95, 0.02]], np.float32), [0, 0]
+    model, x0, y = sign_model(), np.array([[0.5, 0.5], [0.95, 0.02]], np.float32), [0, 0]
     for attack in (gradkit.bim, gradkit.pgd):
         kw = dict(random_start=False) if attack is gradkit.pgd else {}
         x_adv = attack(model, x0, y, eps=0.1, eps_step=0.05, steps=10, clip_values=(0, 1), **kw)
@@ -134,7 +139,7 @@ def test_iterative_attacks_keep_the_first_iterate_that_fools_the_model():
         gradkit.bim(model, x0, y, eps=0.1, eps_step=0.05, steps=2, keep="best")
 
 
-def test_a2_labels_default_to_hard_predictions_and_soft_labels_rejected():
+def test_labels_default_to_hard_predictions_and_soft_labels_are_rejected():
     model = tanh_model()
     x = np.random.RandomState(0).rand(3, 4).astype(np.float32)
     pred = model.predict(x, verbose=0).argmax(axis=1)
@@ -146,7 +151,7 @@ def test_a2_labels_default_to_hard_predictions_and_soft_labels_rejected():
         gradkit.pgd(model, x, soft, eps=0.1, eps_step=0.01, steps=2)
 
 
-def test_a4_fgsm_equals_sign_of_hand_written_gradient():
+def test_fgsm_equals_the_sign_of_a_hand_written_gradient():
     model = tanh_model()
     x = np.random.RandomState(0).rand(8, 4).astype(np.float32)
     y = np.array([0, 1, 2, 0, 1, 2, 0, 1])
@@ -158,7 +163,7 @@ def test_a4_fgsm_equals_sign_of_hand_written_gradient():
     )
 
 
-def a3_model():
+def two_inputs_two_heads():
     a, b = keras.Input((3,), name="a"), keras.Input((2,), name="b")
     hidden = keras.layers.Dense(4, activation="tanh")(keras.layers.Concatenate()([a, b]))
     cls, aux = keras.layers.Dense(3, name="cls")(hidden), keras.layers.Dense(1, name="aux")(hidden)
@@ -167,8 +172,8 @@ def a3_model():
 
 
 @pytest.mark.parametrize("norm", [np.inf, 2])
-def test_a3_several_inputs_each_in_its_own_ball_and_chosen_output(norm):
-    model, cls_only = a3_model()
+def test_several_inputs_each_in_its_own_ball_and_the_chosen_output(norm):
+    model, cls_only = two_inputs_two_heads()
     rng = np.random.RandomState(1)
     xa, xb, y = rng.rand(6, 3).astype(np.float32), rng.rand(6, 2).astype(np.float32), rng.randint(0, 3, 6)
     kw = dict(eps=0.3, eps_step=0.3, steps=4, norm=norm, loss=LOGITS_CE, random_start=False)
@@ -188,7 +193,7 @@ def test_a3_several_inputs_each_in_its_own_ball_and_chosen_output(norm):
         gradkit.fgsm(model, [xa, xb], y, eps=0.1, loss=LOGITS_CE)
 
 
-def n3_model():
+def dropout_batchnorm_model():
     inp = keras.Input((4,))
     hidden = keras.layers.Dropout(0.5)(keras.layers.Dense(8, activation="relu")(inp))
     out = keras.layers.Dense(3)(keras.layers.BatchNormalization()(hidden))
@@ -199,8 +204,8 @@ def n3_model():
     return model
 
 
-def test_n3_inference_mode_variables_unchanged_and_seeded_runs_repeat():
-    model = n3_model()
+def test_inference_mode_leaves_every_variable_unchanged_and_seeded_runs_repeat():
+    model = dropout_batchnorm_model()
     x, y = np.linspace(-1, 1, 8).reshape(2, 4).astype(np.float32), [0, 2]
     before = [keras.ops.convert_to_numpy(v).copy() for v in model.variables]
     kw = dict(eps=0.2, eps_step=0.05, steps=5, seed=3)
@@ -324,3 +329,86 @@ def test_one_pgd_step_size_default_everywhere(monkeypatch):
     config = StudyConfig(**{**make_config(), "adv_eps": 0.3, "adv_steps": 6})
     assert adversarial(config)["eps_step"] == pytest.approx(0.125)
     assert _default_eps_step("pgd", 0.2, 4, True) == pytest.approx(0.125)
+
+
+def cnn(seed=0):
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([
+        keras.Input((6, 6, 2)), keras.layers.Conv2D(4, 3, activation="relu"), keras.layers.Flatten(),
+        keras.layers.Dense(3),
+    ])  # fmt: skip
+    model.compile(loss=LOGITS_CE)
+    return model
+
+
+def data(n=20):
+    rng = np.random.RandomState(0)
+    return rng.uniform(size=(n, 6, 6, 2)).astype("float32"), rng.randint(0, 3, n)
+
+
+def numpy_pgd(model, x, y, eps, eps_step, steps, norm):
+    """Classic PGD (keep="last", no random start) with gradkit's numpy geometry and InputGradient."""
+    x_adv = x.copy()
+    for _ in range(steps):
+        g = gradkit.input_gradient(model, x_adv, y, loss=LOGITS_CE)
+        moved = x_adv + np.float32(eps_step) * geometry.direction(g, norm)
+        x_adv = geometry.project_and_clip(moved, x, eps, norm, (0.0, 1.0))
+    return x_adv
+
+
+@pytest.mark.parametrize("norm", [np.inf, 2])
+def test_device_steps_equal_the_numpy_loop(norm):
+    model, (x, y) = cnn(), data()
+    eps = 0.1 if norm == np.inf else 0.5
+    adv = gradkit.bim(
+        model, x, y, eps=eps, eps_step=eps / 4, steps=6, norm=norm, clip_values=(0, 1), keep="last"
+    )
+    np.testing.assert_allclose(adv, numpy_pgd(model, x, y, eps, eps / 4, 6, norm), atol=2e-6)
+
+
+def test_vote_margin_follows_a_vote_that_the_loss_sum_cannot_see():
+    # Weights 0.6 / 0.4: the first member alone decides the hard vote (class 1 iff x0 > 0.5). The second
+    # (z1 = 30 - 50 x0) is saturated on class 1, yet its cross-entropy gradient is 50x larger and points
+    # the other way, so the loss_sum steps move x0 down and never change the vote; the margin of the
+    # smoothed vote follows the deciding member and flips the vote.
+    inp = keras.Input((2,))
+    deciding = keras.Model(inp, keras.layers.Dense(2)(inp))
+    deciding.set_weights([np.array([[0.0, 1.0], [0.0, 0.0]], "float32"), np.array([0.0, -0.5], "float32")])
+    loud = keras.Model(inp, keras.layers.Dense(2)(inp))
+    loud.set_weights([np.array([[0.0, -50.0], [0.0, 0.0]], "float32"), np.array([0.0, 30.0], "float32")])
+    for member in (deciding, loud):
+        member.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    ens = gradkit.WeightedEnsemble([deciding, loud], [0.6, 0.4])
+    x, y = np.array([[0.45, 0.5]], "float32"), np.array([0])
+    assert decide(ens, x)[0] == 0
+    kw = dict(eps=0.1, eps_step=0.05, steps=4, clip_values=(0, 1), random_start=False)
+    assert decide(ens, gradkit.pgd(ens, x, y, objective="loss_sum", **kw))[0] == 0
+    fooled = gradkit.pgd(ens, x, y, objective="vote_margin", **kw)
+    assert decide(ens, fooled)[0] == 1
+    np.testing.assert_allclose(fooled, [[0.55, 0.5]], atol=1e-6)  # the first iterate that fooled the vote
+
+
+def linear(kernel, bias):
+    inp = keras.Input((2,))
+    model = keras.Model(inp, keras.layers.Dense(2)(inp))
+    model.set_weights([np.asarray(kernel, "float32"), np.asarray(bias, "float32")])
+    model.compile(loss=LOGITS_CE)
+    return model
+
+
+def loud_ensemble():
+    """Member 0 (weight 0.6) decides the vote: class 1 iff x0 > 0.5. Member 1 (z1 = 30 - 50 x0) is
+    saturated on class 1, and its cross-entropy gradient is 50x larger and points the other way."""
+    deciding = linear([[0.0, 1.0], [0.0, 0.0]], [0.0, -0.5])
+    loud = linear([[0.0, -50.0], [0.0, 0.0]], [0.0, 30.0])
+    return gradkit.WeightedEnsemble([deciding, loud], [0.6, 0.4])
+
+
+def test_a_point_fooled_mid_run_keeps_the_fooling_example():
+    # Linf PGD from x0 = 0.47 with steps of 0.05 on the deciding member alone: x0 = 0.52 fools it at
+    # step 1 (class 1); the fooled point is returned even though later steps would only move on.
+    ens = loud_ensemble()
+    x, y = np.array([[0.47, 0.5]], "float32"), np.array([0])
+    adv = gradkit.pgd(ens, x, y, eps=0.2, eps_step=0.05, steps=6, clip_values=(0, 1), random_start=False,
+                      objective="vote_margin")  # fmt: skip
+    np.testing.assert_allclose(adv, [[0.52, 0.5]], atol=1e-6)

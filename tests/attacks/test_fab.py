@@ -1,6 +1,6 @@
-"""FAB (Croce & Hein 2020): hand-computed steps on linear models, the minimum-norm and eps contracts,
-ensembles judged by their vote, FAB-T in `evaluate`, bad input, and parity with adv-lib 0.2.8 and
-torchattacks on a digits CNN (PyTorch backend)."""
+"""FAB (`gradkit.attacks.fab`; Croce & Hein 2020): hand-computed steps on linear models, the box-constrained
+projection against a per-row reference, the minimum-norm and eps contracts, ensembles and boosted models
+judged by their vote, FAB-T, bad input."""
 
 import sys
 
@@ -9,11 +9,15 @@ import numpy as np
 import pytest
 
 import gradkit
+from gradkit import backend
 from gradkit.attacks import decide, recording
+from gradkit.attacks.fab import project
 
 from conftest import BACKEND, set_weights_from
 
 LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
 NORMS = [np.inf, 2, 1]
 
 
@@ -206,60 +210,6 @@ def test_fab_t_needs_three_classes(linear, monkeypatch):
         gradkit.evaluate(linear, x, [1], eps=0.1, attacks=["fab-t"], verbose=0)
 
 
-@pytest.fixture(scope="module")
-def digits_cnn():
-    from sklearn.datasets import load_digits
-
-    keras.utils.set_random_seed(0)
-    d = load_digits()
-    x, y = (d.images / 16.0).astype("float32")[..., None], d.target
-    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(8, 3, activation="relu"),
-                              keras.layers.Flatten(), keras.layers.Dense(10)])  # fmt: skip
-    model.compile(keras.optimizers.Adam(0.01), LOGITS_CE)
-    model.fit(x[:1200], y[:1200], epochs=5, batch_size=64, verbose=0)
-    return model, x[1200:1300], y[1200:1300]
-
-
-PARITY_EPS = {np.inf: (0.05, 0.1, 0.2), 2: (0.5, 1.0), 1: (2.0, 4.0)}
-
-
-@pytest.mark.skipif(BACKEND != "torch", reason="adv-lib runs on PyTorch (a Keras model is an nn.Module)")
-@pytest.mark.parametrize("norm", NORMS)
-def test_parity_with_adv_lib_at_equal_steps(digits_cnn, norm):
-    import torch
-
-    from conftest import import_adv_lib
-
-    model, x, y = digits_cnn
-    _, ours, _, _ = fab_run(model, x, y, norm=norm, steps=20, clip_values=(0, 1))
-    ref = import_adv_lib().fab(model, torch.from_numpy(x), torch.from_numpy(y), norm=float(norm), n_iter=20)
-    ref = ref.detach().numpy()
-    theirs = np.where(decide(model, ref) != y, lp(ref - x, norm), np.inf)
-    correct = decide(model, x) == y
-    median, peer = np.median(ours[correct]), np.median(theirs[correct])
-    print(f"FAB {norm}: median norm gradkit {median:.5f}, adv-lib {peer:.5f}")
-    assert abs(median / peer - 1) <= 0.05
-    for eps in PARITY_EPS[norm]:  # the robust accuracy read off the norms
-        assert abs(np.mean(ours > eps) - np.mean(theirs > eps)) <= 0.01, eps
-
-
-@pytest.mark.skipif(BACKEND != "torch", reason="torchattacks runs on PyTorch")
-def test_fab_t_robust_accuracy_matches_torchattacks_multi_targeted(digits_cnn):
-    import torch
-    import torchattacks
-
-    model, x, y = digits_cnn
-    x_adv = gradkit.fab(model, x, y, eps=0.1, targeted=True, steps=20, clip_values=(0, 1))
-    ours = np.mean(decide(model, x_adv) == y)
-    attack = torchattacks.FAB(model, norm="Linf", eps=0.1, steps=20, n_restarts=1, multi_targeted=True,
-                              n_classes=10, seed=0)  # fmt: skip
-    peer = attack(torch.from_numpy(x), torch.from_numpy(y.astype("int64"))).detach().numpy()
-    theirs = np.mean(decide(model, peer) == y)
-    print(f"FAB-T eps 0.1: robust accuracy gradkit {ours:.3f}, torchattacks {theirs:.3f}")
-    assert np.mean(decide(model, x) == y) - ours > 0.2  # the attack does something on this model
-    assert abs(ours - theirs) <= 0.01
-
-
 def test_a_boosted_model_is_attacked_through_its_ensemble_and_judged_by_its_vote(points):
     def learner():
         model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="tanh"),
@@ -283,3 +233,57 @@ def test_more_targets_than_other_classes_means_all_of_them(mlp, points):
     many = fab_run(mlp, points, labels, targeted=True, n_target_classes=9, steps=3, clip_values=(0, 1))
     three = fab_run(mlp, points, labels, targeted=True, n_target_classes=3, steps=3, clip_values=(0, 1))
     np.testing.assert_array_equal(many[1], three[1])  # as APGD-T: C - 1 targets at most
+
+
+def _reference(t, w, c, norm, lo, hi):
+    """The smallest `d` (Linf or L2) with `w . (t + d) = w . t - c` and `lo <= t + d <= hi`, row by row."""
+    out = np.zeros_like(t, np.float64)
+    for k in range(len(t)):
+        sign = 1.0 if c[k] >= 0 else -1.0
+        wk, ck = w[k].astype(np.float64) * sign, float(c[k]) * sign
+        room = np.maximum(np.where(wk > 0, t[k] - lo, hi - t[k]), 0.0)
+        aw = np.abs(wk)
+        useful = aw > 0
+        r = np.where(useful, room / (1.0 if norm == np.inf else np.where(useful, aw, 1.0)), np.inf)
+        slope = aw if norm == np.inf else aw**2
+        done, rate, lam = 0.0, slope[useful].sum(), 1e30
+        for i in np.argsort(r, kind="stable"):
+            if not useful[i]:
+                break
+            if rate > 0 and (ck - done) / rate <= r[i]:
+                break
+            done, rate = done + aw[i] * room[i], rate - slope[i]
+        if rate > 1e-12:
+            lam = (ck - done) / rate
+        e = np.minimum(lam * (1.0 if norm == np.inf else aw), room)
+        out[k] = np.where(useful, -np.sign(wk) * e, 0.0)
+    return out
+
+
+def _case(seed, scale):
+    rng = np.random.default_rng(seed)
+    t = rng.uniform(0, 1, (64, 20)).astype("float32")
+    t[:, :4], t[:, 4:8], t[:, 8:10] = 0.0, 1.0, 0.5  # at a bound, and ties
+    w = rng.standard_normal((64, 20)).astype("float32")
+    w[:, 10:12] = 0.0
+    c = (scale * rng.standard_normal(64)).astype("float32")
+    return t, w, c
+
+
+@pytest.mark.parametrize("norm", [np.inf, 2.0])
+@pytest.mark.parametrize("scale", [0.05, 1.0, 20.0])  # mostly free, box-limited, mostly unreachable
+def test_the_projection_matches_the_sorted_walk(norm, scale):
+    t, w, c = _case(int(scale * 100), scale)
+    lo, hi = backend.to_tensor(np.float32(0.0)), backend.to_tensor(np.float32(1.0))
+    args = [backend.to_tensor(a) for a in (t, w, c)]
+    d = backend.to_numpy(project(*args, norm, (lo, hi))).astype(np.float64)
+    expected = _reference(t, w, c, norm, 0.0, 1.0)
+    np.testing.assert_allclose(d, expected, rtol=1e-4, atol=1e-5)
+    z = t + d
+    assert z.min() >= -1e-6 and z.max() <= 1 + 1e-6
+    # where the box holds enough room (moving every useful coordinate to its bound passes c), the
+    # step lands on the hyperplane
+    room = np.where(w * np.sign(c)[:, None] > 0, t, 1 - t)
+    reachable = np.sum(np.abs(w) * room, axis=1) > 1.001 * np.abs(c)
+    np.testing.assert_allclose(((w * d).sum(axis=1) + c)[reachable], 0.0, atol=1e-4)
+    assert reachable.any()

@@ -1,9 +1,8 @@
-"""gradkit.evaluation: the cascade, the per-sample worst case, resume, flags and bad input.
+"""`gradkit.evaluate` (`gradkit.evaluation._suite`): the cascade, the per-sample worst case, resume, flags
+and bad input; ensembles judged on their vote.
 
-The first half replaces `gradkit.attacks.run_attack` with a fake whose outcome is known per point (each
-attack breaks the points whose first feature, their "difficulty", lies below its threshold), so the
-bookkeeping is tested on its own; the second half runs the real attacks on small trained Dense models.
-"""
+The first half replaces `gradkit.attacks.run_attack` with a fake whose outcome is known per point; the
+second runs the real attacks on trained models."""
 
 import json
 import os
@@ -13,7 +12,9 @@ import keras
 import numpy as np
 import pytest
 
+import gradkit
 from gradkit import attacks as registry
+from gradkit.attacks import decide
 from gradkit.evaluation import Evaluation, check_curve, evaluate
 from gradkit.gradients import WeightedEnsemble
 
@@ -26,6 +27,8 @@ THRESHOLDS = {
     "fab-t": 0.6,
     "square": 0.7,
 }
+
+
 OFFSETS = {
     "fgsm": 1e-3,
     "pgd": 2e-3,
@@ -59,6 +62,7 @@ def data():
 
 
 SENTINEL = 10.0  # a fake adversarial example carries it in feature 3; the fake decision rule obeys it
+
 
 real_decide = registry.decide
 
@@ -343,9 +347,6 @@ def test_check_curve():
         check_curve([0.5])
 
 
-# --- the real attacks on small trained models -------------------------------------------------------------
-
-
 def digits_like(n=120, seed=0):
     """10 classes of 8x8 'images' flattened to 64 features in [0, 1]: class prototypes plus noise."""
     prototypes = np.random.default_rng(0).uniform(0, 1, (10, 64))  # the same classes for every seed
@@ -442,3 +443,36 @@ def test_gradient_masking_needs_more_than_a_stray_point(broken, attacked, flagge
     late_fgsm = [*entries[:2], types.SimpleNamespace(name="fgsm", attack="fgsm")]
     per_attack["fgsm"] = {"n_broken": 1, "n_points": 352}  # one point: the iterative attacks did not converge
     assert [f["name"] for f in _flags.late_breaks(late_fgsm, per_attack)] == ["one_step_beats_iterative"]
+
+
+LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def linear_member(kernel, bias):
+    inp = keras.Input((2,))
+    model = keras.Model(inp, keras.layers.Dense(2)(inp))
+    model.set_weights([np.asarray(kernel, "float32"), np.asarray(bias, "float32")])
+    model.compile(loss=LOGITS_CE)
+    return model
+
+
+def loud_ensemble():
+    """Member 0 (weight 0.6) decides the vote: class 1 iff x0 > 0.5. Member 1 (z1 = 30 - 50 x0) is
+    saturated on class 1, and its cross-entropy gradient is 50x larger and points the other way."""
+    deciding = linear_member([[0.0, 1.0], [0.0, 0.0]], [0.0, -0.5])
+    loud = linear_member([[0.0, -50.0], [0.0, 0.0]], [0.0, 30.0])
+    return gradkit.WeightedEnsemble([deciding, loud], [0.6, 0.4])
+
+
+def test_evaluate_breaks_with_vote_margin_what_loss_sum_cannot_and_flags_the_dominant_member():
+    ens = loud_ensemble()
+    x = np.stack([np.linspace(0.41, 0.49, 8), np.full(8, 0.5)], axis=1).astype("float32")
+    y = np.zeros(8, int)
+    result = gradkit.evaluate(ens, x, y, eps=0.1, attacks=["apgd-ce/loss_sum", "apgd-ce/vote_margin"],
+                              steps=10, clip_values=(0, 1), verbose=0)  # fmt: skip
+    assert result.clean_accuracy == 1.0 and result.robust_accuracy == 0.0
+    # loss_sum can only win through APGD's random start on the eps-sphere; vote_margin breaks the rest
+    assert result.broken_by.count("apgd-ce/vote_margin") >= 4  # half the points
+    names = {f["name"] for f in result.flags}
+    assert "dominant_gradient" in names and "one_network" in names  # 0.6 > 0.4: member 0 is the vote
+    np.testing.assert_array_equal(decide(ens, result.x_adv), np.ones(8))

@@ -1,6 +1,5 @@
-"""APGD against the peers at equal steps on one trained digits CNN (eps 0.1): ART's
-AutoProjectedGradientDescent on TensorFlow, torchattacks' APGD on PyTorch (a Keras model is a
-torch.nn.Module there). Robust accuracies must agree within 1 point, and gradkit may only be lower by more."""
+"""APGD against the peers at equal steps: ART's AutoProjectedGradientDescent on TensorFlow and
+torchattacks' APGD on PyTorch on a trained digits CNN (eps 0.1), and adv-lib 0.2.8's L1 APGD on PyTorch."""
 
 import keras
 import numpy as np
@@ -14,7 +13,10 @@ from conftest import BACKEND
 if BACKEND not in ("tensorflow", "torch"):
     pytest.skip("ART runs on TensorFlow, torchattacks on PyTorch", allow_module_level=True)
 
+
 LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
 STEPS, EPS, N = 20, 0.1, 300
 
 
@@ -80,3 +82,46 @@ def test_evaluate_is_never_above_the_worst_case_of_the_peers_and_pgd(cnn):
     )
     assert result.robust_accuracy <= robust.mean()
     assert accuracy(model, result.x_adv, y) == result.robust_accuracy  # its examples show it
+
+
+LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+@pytest.fixture(scope="module")
+def digits_cnn():
+    keras.utils.set_random_seed(0)
+    d = load_digits()
+    x, y = (d.images / 16.0).astype("float32")[..., None], d.target
+    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(16, 3, activation="relu"),
+                              keras.layers.Flatten(), keras.layers.Dense(10)])  # fmt: skip
+    model.compile(keras.optimizers.Adam(0.01), LOGITS_CE)
+    model.fit(x[:1400], y[:1400], epochs=6, batch_size=64, verbose=0)
+    return model, x[1400:1700], y[1400:1700]
+
+
+SEEDS = (0, 1)  # adv-lib's L1 APGD: one seed moves a figure by about a point, two are averaged
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="adv-lib runs on PyTorch")
+@pytest.mark.parametrize("eps", [2.0, 4.0])
+@pytest.mark.parametrize("largereps", [False, True])
+def test_apgd_l1_within_one_point_of_adv_lib(digits_cnn, eps, largereps):
+    import torch
+
+    from conftest import import_adv_lib
+
+    attacks = import_adv_lib()  # a pinned test dependency: its absence is a failure, not a skip
+    model, x, y = digits_cnn
+    ours, theirs = [], []
+    for seed in SEEDS:  # one seed moves either figure by about a point on 300 points: two are averaged
+        adv = gradkit.apgd(model, x, y, eps=eps, norm=1, steps=STEPS, clip_values=(0, 1), seed=seed,
+                           use_largereps=largereps)  # fmt: skip
+        ours.append(accuracy(model, adv, y))
+        torch.manual_seed(seed)
+        adv = attacks.apgd(model, torch.from_numpy(x), torch.from_numpy(y.astype("int64")), eps=eps, norm=1,
+                           n_iter=STEPS, loss_function="ce", use_large_reps=largereps)  # fmt: skip
+        theirs.append(accuracy(model, adv.detach().numpy(), y))
+    ours, theirs = float(np.mean(ours)), float(np.mean(theirs))
+    print(f"APGD-L1 eps {eps} largereps {largereps}: gradkit {ours:.3f}, adv-lib {theirs:.3f}")
+    assert accuracy(model, x, y) - ours > 0.3  # the attack does something on this model
+    assert ours <= theirs + 0.01, (ours, theirs)

@@ -1,0 +1,268 @@
+"""The attack engine (`gradkit.attacks._engine`): an attack's state stays on the device, one compiled call
+per step (JAX: no host transfer under `jax.transfer_guard`; TensorFlow and PyTorch: conversions counted),
+each step traced once per input shape whatever eps, step size or range; steps of `jit_compile` models
+whole under XLA on TensorFlow; the backend's out-of-memory error re-raised naming `batch_size`."""
+
+import inspect
+
+import keras
+import numpy as np
+import pytest
+
+import gradkit
+from gradkit import backend
+from gradkit.attacks import _engine
+from gradkit.attacks._frame import gradient_for, owner, step_for
+from gradkit.gradients import AttackGradient, _model_io
+
+from conftest import BACKEND
+
+LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def cnn(seed=0):
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([
+        keras.Input((6, 6, 2)), keras.layers.Conv2D(4, 3, activation="relu"), keras.layers.Flatten(),
+        keras.layers.Dense(3),
+    ])  # fmt: skip
+    model.compile(loss=LOGITS_CE)
+    return model
+
+
+def data(n=20):
+    rng = np.random.RandomState(0)
+    return rng.uniform(size=(n, 6, 6, 2)).astype("float32"), rng.randint(0, 3, n)
+
+
+def test_one_trace_per_input_shape_for_any_eps_step_and_range():
+    model, (x, y) = cnn(), data()
+    for eps, clip in [(0.05, (0, 1)), (0.1, (0, 1)), (0.3, (-1, 2))]:
+        gradkit.pgd(model, x, y, eps=eps, eps_step=eps / 3, steps=3, clip_values=clip, seed=0)
+    grad = gradient_for(model)
+    step = step_for(owner(model), grad, loss=None, objective="loss_sum", targeted=False, output=None,
+                    batch_size=None)  # fmt: skip
+    assert list(step._fn.steps.values())[0].trace_count == 1 and len(step._fn.steps) == 1
+    assert step.trace_count == 1  # the step is the attack's only compiled call
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="jax.transfer_guard is JAX's")
+def test_jax_steps_between_checkpoints_make_no_host_transfer(monkeypatch):
+    import jax
+
+    model, (x, y) = cnn(), data()
+    guarded, advance = [], _engine.advance
+
+    def checked(step, variables, state, fixed, n_steps):
+        with jax.transfer_guard("disallow"):
+            state = advance(step, variables, state, fixed, n_steps)
+        guarded.append(n_steps)
+        return state
+
+    monkeypatch.setattr(_engine, "advance", checked)
+    for norm in (np.inf, 2):
+        adv = gradkit.pgd(model, x, y, eps=0.2, eps_step=0.05, steps=8, norm=norm, clip_values=(0, 1), seed=0)
+        assert np.all(np.isfinite(adv))
+    assert guarded == [9, 9]  # 8 steps and the evaluation of the last iterate, compilation included
+    guarded.clear()
+    gradkit.apgd(model, x, y, eps=0.02, steps=20, clip_values=(0, 1), seed=0)  # checkpoints 5, 9, 12, ...
+    assert sum(guarded) >= 10 and len(guarded) >= 4
+    for norm in (np.inf, 2):  # Square: proposals drawn in the step, a flag read every CHECK_EVERY steps
+        guarded.clear()
+        gradkit.square(model, x, y, eps=1e-4, norm=norm, n_queries=250, clip_values=(0, 1), seed=0)
+        assert guarded == [100, 100, 50]
+
+
+@pytest.mark.skipif(BACKEND == "jax", reason="JAX: checked with jax.transfer_guard")
+def test_numpy_conversions_do_not_grow_with_steps(monkeypatch):
+    model, (x, y) = cnn(), data()
+    calls = []
+    to_numpy, convert = backend.to_numpy, keras.ops.convert_to_numpy
+    monkeypatch.setattr(backend, "to_numpy", lambda t: calls.append(1) or to_numpy(t))
+    monkeypatch.setattr(keras.ops, "convert_to_numpy", lambda t: calls.append(1) or convert(t))
+    counts = []
+    for steps in (2, 2, 12):  # the first attack on a model also builds what later ones reuse
+        calls.clear()
+        gradkit.pgd(model, x, y, eps=0.2, eps_step=0.05, steps=steps, clip_values=(0, 1), seed=0)
+        counts.append(len(calls))
+    assert counts[1] == counts[2] == 1, counts  # the result, read back once
+    counts.clear()
+    for steps in (10, 40):  # the same 8 checkpoints (w_j = ceil(p_j * steps), distinct)
+        calls.clear()
+        gradkit.apgd(model, x, y, eps=0.001, steps=steps, clip_values=(0, 1), seed=0)
+        counts.append(len(calls))
+    assert counts[0] == counts[1] <= 8 + 4, counts  # a flag per checkpoint, the result, the count
+    for norm in (np.inf, 2):
+        counts.clear()
+        for n_queries in (40, 40, 340):  # 0 and 3 checks (every 100 steps): 300 more steps
+            calls.clear()
+            gradkit.square(model, x, y, eps=1e-4, norm=norm, n_queries=n_queries, clip_values=(0, 1), seed=0)
+            counts.append(len(calls))
+        assert counts[2] - counts[1] == 3 and counts[1] <= 4, counts  # a flag per check; x, flags, counts
+
+
+BACKEND = keras.backend.backend()
+
+
+def _models():
+    """The same small CNN twice: compiled without XLA and with it (Keras' "auto" is False on a CPU-only
+    TensorFlow and PyTorch, True on JAX)."""
+    keras.utils.set_random_seed(3)
+    plain = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, activation="relu"),
+                              keras.layers.Flatten(), keras.layers.Dense(5)])  # fmt: skip
+    plain.compile(loss="sparse_categorical_crossentropy")
+    plain.jit_compile = False
+    xla = keras.models.clone_model(plain)
+    xla.set_weights(plain.get_weights())
+    xla.compile(loss="sparse_categorical_crossentropy")
+    xla.jit_compile = True  # after compile: on PyTorch, compile's own jit_compile would torch.compile fit
+    return plain, xla
+
+
+def _data():
+    rng = np.random.RandomState(0)
+    return rng.uniform(size=(48, 8, 8, 3)).astype(np.float32), rng.randint(0, 5, 48)
+
+
+def test_jit_compiled_reads_every_member():
+    plain, xla = _models()
+    keras.utils.set_random_seed(0)
+    fresh = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    assert _model_io.jit_compiled([fresh]) is (BACKEND == "jax")  # "auto" on a CPU-only machine
+    assert _model_io.jit_compiled([xla]) is True
+    assert _model_io.jit_compiled([xla, plain]) is False  # every member must say so
+    assert _model_io.jit_compiled([plain]) is False
+
+
+def test_steps_are_built_with_the_members_setting(monkeypatch):
+    seen = []
+    for name in ("compile_step", "compile_search"):
+        original = getattr(backend, name)
+
+        def spy(*args, _original=original, _name=name, **kwargs):
+            seen.append((_name, kwargs.get("jit_compile")))
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(backend, name, spy)
+    plain, xla = _models()
+    x, y = _data()
+    for model in (plain, xla):
+        gradkit.pgd(model, x, y, eps=0.05, eps_step=0.02, steps=2, clip_values=(0, 1))
+        gradkit.square(model, x, y, eps=0.05, n_queries=5, seed=0, clip_values=(0, 1))
+    assert seen == [("compile_step", False), ("compile_search", None), ("compile_step", True),
+                    ("compile_search", None)]  # fmt: skip
+    seen.clear()
+    xla.jit_compile = False  # read at each call: the default steps, already built for `plain`'s twin
+    gradkit.pgd(xla, x, y, eps=0.05, eps_step=0.02, steps=2, clip_values=(0, 1))
+    assert seen == [("compile_step", False)]
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="the XLA cluster is TensorFlow's")
+def test_tensorflow_step_is_one_xla_function():
+    import tensorflow as tf
+
+    for jit in (False, True):
+        call = backend.compile_step(lambda *a: (tf.reduce_sum(a[2]), ()), lambda s, *_: s, jit_compile=jit)
+        fast = inspect.getclosurevars(call).nonlocals["fast"]
+        function = inspect.getclosurevars(fast).nonlocals["function"]
+        assert isinstance(function, tf.types.experimental.PolymorphicFunction)
+        assert bool(function._jit_compile) is jit
+
+
+def _attacks(model, x, y):
+    common = dict(eps=0.05, clip_values=(0, 1))
+    return {
+        "pgd": gradkit.pgd(model, x, y, eps_step=0.02, steps=5, random_start=True, seed=1, **common),
+        "apgd": gradkit.apgd(model, x, y, steps=8, seed=0, **common),
+        "apgd_l2": gradkit.apgd(model, x, y, steps=8, seed=0, norm=2, eps=0.5, clip_values=(0, 1)),
+        "square": gradkit.square(model, x, y, n_queries=30, seed=0, **common),
+    }
+
+
+def test_results_agree_with_the_default_compilation():
+    plain, xla = _models()
+    x, y = _data()
+    a, b = _attacks(plain, x, y), _attacks(xla, x, y)
+    for name in a:
+        if BACKEND != "tensorflow":  # the setting changes nothing there
+            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+            continue
+        # XLA rounds the model's sums in another order: a gradient coordinate near zero may take the
+        # other sign; the iterates stay close and the decisions agree.
+        assert np.mean(np.abs(a[name] - b[name]) > 1e-5) < 0.02, name
+        decided = [np.argmax(plain.predict(r[name], verbose=0), 1) for r in (a, b)]
+        same = np.mean(decided[0] == decided[1])
+        assert same >= 0.95, (name, same)
+        assert np.all(np.abs(b[name] - x) <= (0.5 if name == "apgd_l2" else 0.05) + 1e-6)
+
+
+def backend_oom():
+    """The exception the backend raises when the device's memory runs out."""
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        return tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[64,8]")
+    if BACKEND == "torch":
+        import torch
+
+        return torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    import jax
+
+    return jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 2.0GiB.")
+
+
+def model_and_data():
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3)])
+    rng = np.random.RandomState(0)
+    return model, rng.uniform(size=(40, 8)).astype("float32"), rng.randint(0, 3, 40)
+
+
+def raising(error):
+    def compile(self, name, *parts, **static):  # step_function: update; search_function: three
+        def step(*args):
+            raise error
+
+        return step
+
+    return compile
+
+
+@pytest.mark.parametrize("attack", ["pgd", "apgd", "square", "evaluate"])
+def test_backend_oom_in_a_step_names_batch_size(attack, monkeypatch):
+    model, x, y = model_and_data()
+    error = backend_oom()
+    monkeypatch.setattr(AttackGradient, "step_function", raising(error))
+    monkeypatch.setattr(AttackGradient, "search_function", raising(error))
+    run = {
+        "pgd": lambda: gradkit.pgd(model, x, y, eps=0.1, eps_step=0.05, steps=3, batch_size=16),
+        "apgd": lambda: gradkit.apgd(model, x, y, eps=0.1, steps=3, batch_size=16),
+        "square": lambda: gradkit.square(model, x, y, eps=0.1, n_queries=5, batch_size=16),
+        "evaluate": lambda: gradkit.evaluate(
+            model, x, y, eps=0.1, steps=3, n_queries=5, batch_size=16, verbose=0
+        ),  # fmt: skip
+    }[attack]
+    with pytest.raises(
+        gradkit.OutOfMemoryError, match=r"batch of 16 rows.*smaller `batch_size`.*batch_size=8"
+    ) as info:
+        run()
+    assert info.value.__cause__ is error and isinstance(info.value, MemoryError)
+    assert backend.is_out_of_memory(error)
+
+
+def test_backend_oom_in_a_gradient_call_and_other_errors_unchanged(monkeypatch):
+    model, x, y = model_and_data()
+    objective = AttackGradient(model, batch_size=32)
+    error = backend_oom()
+
+    def fail(*args):
+        raise error
+
+    monkeypatch.setattr(objective, "_fn", fail)
+    with pytest.raises(gradkit.OutOfMemoryError, match="gradient call on a batch of 32 rows"):
+        objective(x, y)
+    other = RuntimeError("shapes do not match")
+    monkeypatch.setattr(AttackGradient, "step_function", raising(other))
+    with pytest.raises(RuntimeError, match="shapes do not match") as info:
+        gradkit.pgd(model, x, y, eps=0.1, eps_step=0.05, steps=3)
+    assert info.value is other and not backend.is_out_of_memory(other)
+    assert backend.is_out_of_memory(RuntimeError("CUDA out of memory.")) == (BACKEND == "torch")

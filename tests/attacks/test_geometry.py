@@ -1,0 +1,182 @@
+"""The threat models' geometry (`gradkit.attacks.geometry`): the exact projection onto the L1-ball and the
+box (the closest point, against a generic solver and by hand, on the device and on the host), the L1 and
+L0 ball projections of the minimum-norm attacks by hand, and every attack's examples inside the ball as a
+user checks it (float32 and float64, no tolerance)."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+from scipy.optimize import minimize
+from sklearn.datasets import load_digits
+
+import gradkit
+from gradkit.attacks import geometry
+
+from conftest import BACKEND
+
+LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _device_projection():
+    """`project_l1_box` as the attacks run it: compiled whole on JAX (op by op, eager JAX compiles each
+    op anew for every shape)."""
+    if BACKEND != "jax":
+        return geometry.project_l1_box
+    import jax
+
+    return jax.jit(geometry.project_l1_box)
+
+
+DEVICE_PROJECTION = _device_projection()
+
+
+def project(v, eps, lo=None, hi=None, host=False):
+    """The projection of the rows `v` `(n, d)` (or one row `(d,)`), on the device or on the host."""
+    one = np.ndim(v) == 1
+    v, lo, hi = (None if a is None else np.atleast_2d(np.asarray(a, np.float32)) for a in (v, lo, hi))
+    eps = np.asarray(eps, np.float32)
+    if host:
+        out = geometry.project_l1_box_host(v, eps, lo, hi)
+    else:
+        tensors = [None if a is None else ops.convert_to_tensor(a) for a in (v, eps, lo, hi)]
+        out = ops.convert_to_numpy(DEVICE_PROJECTION(*tensors)).astype(np.float64)
+    return out[0] if one else out
+
+
+def reference(v, eps, lo, hi):
+    """The projection of one row by bisection on the threshold in float64 (the KKT form)."""
+    a, room = np.abs(v), np.where(v >= 0, hi, -lo)
+
+    def size(lam):
+        return np.clip(a - lam, 0, room).sum()
+
+    low, high = 0.0, a.max()
+    if size(0.0) <= eps:
+        high = 0.0
+    for _ in range(200):
+        mid = (low + high) / 2
+        low, high = (mid, high) if size(mid) > eps else (low, mid)
+    return np.sign(v) * np.clip(a - high, 0, room)
+
+
+@pytest.mark.parametrize("host", [False, True])
+def test_projection_is_the_closest_point_of_the_ball_and_the_box(host):
+    rng = np.random.default_rng(0)
+    for d in (3, 40):
+        x0 = rng.uniform(0, 1, (60, d)).astype(np.float32)
+        v = (rng.normal(0, 1, (60, d)) * rng.choice([0.1, 1.0, 3.0], (60, 1))).astype(np.float32)
+        eps = rng.choice([0.0, 0.1, 0.5, 1.0, 3.0], 60).astype(np.float32)
+        out = project(v, eps, -x0, 1 - x0, host=host)
+        assert np.all(np.abs(out).sum(axis=1) <= eps * (1 + 1e-6) + 1e-7)
+        assert np.all(out >= -x0 - 1e-7) and np.all(out <= 1 - x0 + 1e-7)
+        for row in range(60):
+            expected = reference(v[row].astype(np.float64), float(eps[row]), -x0[row], 1 - x0[row])
+            np.testing.assert_allclose(out[row], expected, atol=2e-6)
+
+
+def test_projection_agrees_with_a_generic_solver():
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        x0, v, eps = rng.uniform(0, 1, 6), rng.normal(0, 1, 6), 0.8
+        cons = [{"type": "ineq", "fun": lambda d, eps=eps: eps - np.abs(d).sum()}]
+        best = minimize(lambda d, v=v: np.sum((d - v) ** 2), np.zeros(6), method="SLSQP", constraints=cons,
+                        bounds=list(zip(-x0, 1 - x0)), options={"ftol": 1e-12, "maxiter": 500})  # fmt: skip
+        out = project(v, eps, -x0, 1 - x0, host=True)
+        assert np.sum((out - v) ** 2) <= best.fun + 1e-5  # no feasible point is closer
+        np.testing.assert_allclose(out, best.x, atol=2e-3)
+
+
+@pytest.mark.parametrize("host", [False, True])
+def test_projection_hand_cases(host):
+    v = [[0.2, -0.3, 0.0], [3.0, -1.0, 0.5], [3.0, -1.0, 0.5], [1.0, -2.0, 0.0]]
+    lo, hi = [[-1, -1, -1], [-9] * 3, [-2] * 3, [-1] * 3], [[1, 0.1, 1], [9] * 3, [1] * 3, [1] * 3]
+    out = project(v, [1.0, 3.0, 2.5, 0.0], lo, hi, host=host)
+    np.testing.assert_allclose(out[0], [0.2, -0.3, 0.0])  # inside the ball and the box: unchanged
+    np.testing.assert_allclose(out[1], [2.5, -0.5, 0.0], atol=1e-6)  # soft threshold at 0.5
+    np.testing.assert_allclose(out[2], [1.0, -1.0, 0.5], atol=1e-6)  # the box caps 3 at 1: threshold 0
+    assert np.all(out[3] == 0)  # eps 0
+    np.testing.assert_allclose(
+        project([3.0, -1.0, 0.5], 3.0, host=host), [2.5, -0.5, 0.0], atol=1e-6
+    )  # no box
+
+
+def test_l1_and_l0_projections_by_hand():
+    from gradkit.attacks.geometry import project_l0_ball, project_l1_ball
+
+    v = keras.ops.convert_to_tensor(
+        np.array([[3.0, -1.0, 0.5], [1.0, 1.0, 1.0], [0.5, -0.5, 0.0]], "float32")
+    )
+    eps = keras.ops.convert_to_tensor(np.array([2.0, 1.5, 2.0], "float32"))
+    # Duchi et al.: theta = 1 (row 0), 0.5 (row 1); row 2 lies inside and is unchanged
+    expected = [[2.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.0]]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(project_l1_ball(v, eps)), expected, atol=1e-6)
+    w = keras.ops.convert_to_tensor(np.array([[0.1, -3.0, 2.0, 0.5]], "float32"))
+    k = keras.ops.convert_to_tensor(np.array([2.0], "float32"))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(project_l0_ball(w, k)), [[0.0, -3.0, 2.0, 0.0]])
+
+
+@pytest.fixture(scope="module")
+def digits_mlp():
+    keras.utils.set_random_seed(0)
+    d = load_digits()
+    x, y = (d.data / 16.0).astype("float32"), d.target
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
+                              keras.layers.Dense(10, activation="softmax")])  # fmt: skip
+    model.compile(keras.optimizers.Adam(0.01), "sparse_categorical_crossentropy")
+    model.fit(x[:1200], y[:1200], epochs=15, batch_size=64, verbose=0)
+    return model, x[1200:1400], y[1200:1400]
+
+
+@pytest.mark.parametrize("norm, eps", [(np.inf, 0.1), (np.inf, 8 / 255), (2, 1.0)])
+def test_examples_are_in_the_ball_exactly_as_a_user_checks_it(digits_mlp, norm, eps):
+    """`x0 + float32(0.1)` can lie 0.10000002 from `x0`; every attack's examples are within eps in
+    float32 and in float64 arithmetic (no tolerance), and inside the box."""
+    model, x, y = digits_mlp
+    common = dict(eps=eps, norm=norm, clip_values=(0, 1))
+    examples = {
+        "fgsm": gradkit.fgsm(model, x, y, **common),
+        "pgd": gradkit.pgd(model, x, y, eps_step=eps / 4, steps=5, random_start=True, seed=0, **common),
+        "apgd": gradkit.apgd(model, x, y, steps=10, seed=0, **common),
+        "apgd-t": gradkit.apgd(model, x, y, steps=5, targeted=True, n_target_classes=2, seed=0, **common),
+        "square": gradkit.square(model, x, y, n_queries=30, seed=0, **common),
+        "evaluate": gradkit.evaluate(model, x, y, steps=5, n_queries=30, verbose=0, **common).x_adv,
+    }
+    for name, adv in examples.items():
+        assert adv.dtype == np.float32 and adv.min() >= 0 and adv.max() <= 1, name
+        for dtype in (np.float32, np.float64):
+            delta = (adv.astype(dtype) - x.astype(dtype)).reshape(len(x), -1)
+            size = np.abs(delta).max(axis=1) if norm == np.inf else np.linalg.norm(delta, axis=1)
+            assert size.max() <= eps, (name, dtype, float(size.max()))
+        if norm == np.inf and name != "square":  # sign steps end on the ball's face: eps to 1e-7
+            assert np.abs(adv - x).max() > eps - 1e-7, name
+
+
+@pytest.fixture(scope="module")
+def digits_cnn():
+    keras.utils.set_random_seed(0)
+    d = load_digits()
+    x, y = (d.images / 16.0).astype("float32")[..., None], d.target
+    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(16, 3, activation="relu"),
+                              keras.layers.Flatten(), keras.layers.Dense(10)])  # fmt: skip
+    model.compile(keras.optimizers.Adam(0.01), LOGITS_CE)
+    model.fit(x[:1400], y[:1400], epochs=6, batch_size=64, verbose=0)
+    return model, x[1400:1700], y[1400:1700]
+
+
+def accuracy(model, x, y):
+    return float(np.mean(model.predict(x, verbose=0).argmax(axis=1) == y))
+
+
+def l1_sizes(adv, x):
+    return np.abs(adv.astype(np.float64) - x).reshape(len(x), -1).sum(axis=1)
+
+
+@pytest.mark.parametrize("attack", ["fgsm", "bim", "pgd"])
+def test_l1_gradient_attacks_stay_in_the_ball_and_the_box(digits_cnn, attack):
+    model, x, y = digits_cnn
+    x, y = x[:64], y[:64]
+    kw = {} if attack == "fgsm" else {"eps_step": 0.5, "steps": 8}
+    adv = getattr(gradkit, attack)(model, x, y, eps=2.0, norm=1, clip_values=(0, 1), **kw)
+    assert l1_sizes(adv, x).max() <= 2.0 and adv.min() >= 0 and adv.max() <= 1
+    assert accuracy(model, adv, y) < accuracy(model, x, y)

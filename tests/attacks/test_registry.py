@@ -1,0 +1,56 @@
+"""The attacks by name (`gradkit.attacks.registry`): `run_attack` reports success on the model's real decision
+rule and the costs; `decide` is the weighted hard vote, not the soft mean; the table's names, kinds and
+norms are those the attacks take."""
+
+import keras
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+
+import gradkit
+from gradkit.attacks import decide, run_attack
+
+
+@pytest.fixture(scope="module")
+def digits_mlp():
+    keras.utils.set_random_seed(0)
+    d = load_digits()
+    x, y = (d.data / 16.0).astype("float32"), d.target
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
+                              keras.layers.Dense(10, activation="softmax")])  # fmt: skip
+    model.compile(keras.optimizers.Adam(0.01), "sparse_categorical_crossentropy")
+    model.fit(x[:1200], y[:1200], epochs=15, batch_size=64, verbose=0)
+    return model, x[1200:1400], y[1200:1400]
+
+
+def test_run_attack_reports_success_on_the_real_decision_and_costs(digits_mlp):
+    model, x, y = digits_mlp
+    result = run_attack("apgd-ce", model, x, y, eps=0.1, clip_values=(0, 1), seed=0, steps=10)
+    np.testing.assert_array_equal(result.success, decide(model, result.x_adv) != y)
+    assert 0 < result.n_gradients <= len(x) * 11 + len(x) and result.zero_gradient.shape == (len(x),)
+    assert not result.from_probabilities  # the softmax was removed: logits
+    square = run_attack("square", model, x, y, eps=0.1, clip_values=(0, 1), seed=0, n_queries=20)
+    assert square.n_gradients == 0 and len(x) <= square.n_forwards <= 20 * len(x) + 1
+
+
+LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def linear(kernel, bias):
+    inp = keras.Input((2,))
+    model = keras.Model(inp, keras.layers.Dense(2)(inp))
+    model.set_weights([np.asarray(kernel, "float32"), np.asarray(bias, "float32")])
+    model.compile(loss=LOGITS_CE)
+    return model
+
+
+def test_the_vote_not_the_soft_mean_is_the_decision():
+    # Member 0 (0.5) says class 0 with p = 0.55, members 1 and 2 (0.25 each) say class 1 with p = 0.99:
+    # the soft mean picks class 1, the weighted hard vote ties 0.5 : 0.5 and goes to the lower id, 0.
+    members = [linear([[0.0, 0.0], [0.0, 0.0]], [0.2, 0.0]), linear([[0, 0], [0, 0]], [0.0, 4.6]),
+               linear([[0, 0], [0, 0]], [0.0, 4.6])]  # fmt: skip
+    ens = gradkit.WeightedEnsemble(members, [0.5, 0.25, 0.25])
+    x = np.full((3, 2), 0.5, "float32")
+    assert ens.predict(x, voting="soft").tolist() == [1, 1, 1]
+    assert decide(ens, x).tolist() == ens.predict(x).tolist() == [0, 0, 0]
+    assert gradkit.evaluate(ens, x, [0, 0, 0], eps=0.0, attacks=["fgsm"], verbose=0).clean_accuracy == 1.0
