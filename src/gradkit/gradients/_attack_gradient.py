@@ -43,8 +43,19 @@ class AttackGradient:
         `(K, n, C)` member logits, and the float32 gradient of sum(values) shaped like `x`.
     """
 
-    def __init__(self, model, *, loss="ce", combination="loss_sum", targeted=False, output=None,
-                 batch_size=None, temperature=1.0, eot_iter=1, surrogate=None):  # fmt: skip
+    def __init__(
+        self,
+        model,
+        *,
+        loss="ce",
+        combination="loss_sum",
+        targeted=False,
+        output=None,
+        batch_size=None,
+        temperature=1.0,
+        eot_iter=1,
+        surrogate=None,
+    ):
         self.ensemble = as_ensemble(model)
         self.loss = _checks.check_choice(loss, "loss", _objectives.LOSSES)
         self.combination = _checks.check_choice(combination, "objective", _objectives.COMBINATIONS)
@@ -67,10 +78,17 @@ class AttackGradient:
             surrogate, first, self.output_index
         )
         self._kwargs = training_kwargs(first, False)
-        key = dict(loss=self.loss, combination=self.combination, targeted=self.targeted,
-                   output=self.output_index, temperature=self.temperature,
-                   batch_size=self.batch_size, devices=backend.batch_multiple(), eot_iter=self.eot_iter,
-                   surrogate=None if surrogate is None else id(surrogate))  # fmt: skip
+        key = dict(
+            loss=self.loss,
+            combination=self.combination,
+            targeted=self.targeted,
+            output=self.output_index,
+            temperature=self.temperature,
+            batch_size=self.batch_size,
+            devices=backend.batch_multiple(),
+            eot_iter=self.eot_iter,
+            surrogate=None if surrogate is None else id(surrogate),
+        )
         models = self.ensemble.models
         # the variable lists read once (walking the layers costs more than a forward pass on PyTorch)
         self._variable_lists = [(m.trainable_variables, m.non_trainable_variables) for m in models]
@@ -102,9 +120,15 @@ class AttackGradient:
         def draw(non_trainables):
             logits, after = self._logits(trainables, non_trainables, x)
             values = _objectives.combine(
-                logits, weights["alpha"], labels, targets, loss=self.loss, combination=self.combination,
-                targeted=self.targeted, temperature=self.temperature,
-            )  # fmt: skip
+                logits,
+                weights["alpha"],
+                labels,
+                targets,
+                loss=self.loss,
+                combination=self.combination,
+                targeted=self.targeted,
+                temperature=self.temperature,
+            )
             return values, keras.ops.stack(logits), after
 
         values, logits, after = draw(non_trainables)
@@ -213,8 +237,10 @@ class AttackGradient:
         values are converted once, when binding (the Square Attack queries the same rows thousands of
         times; the model must not change while a bound forward is used)."""
         (trainables, non_trainables), parts = self.fixed(labels, targets, alphas)
-        calls = [(start, stop, pad, self._forward_fn.bind(trainables, non_trainables, y, weights))
-                 for start, stop, pad, y, weights in parts]  # fmt: skip
+        calls = [
+            (start, stop, pad, self._forward_fn.bind(trainables, non_trainables, y, weights))
+            for start, stop, pad, y, weights in parts
+        ]
 
         def bound(x):
             values, logits = [], []
