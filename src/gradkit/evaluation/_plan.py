@@ -107,8 +107,10 @@ def plan_version(version, norm, ensemble, classes, eot_iter):
         if classes and classes < needed:
             skipped.append((run.attack, f"needs at least {needed} classes; the model has {classes}"))
         else:
-            entries += [Entry(f"{run.attack}/{o}" if o else run.attack, run.attack, o, settings=run.settings)
-                        for o in (objectives if run.attack in GRADIENT else (None,))]  # fmt: skip
+            entries += [
+                Entry(f"{run.attack}/{o}" if o else run.attack, run.attack, o, settings=run.settings)
+                for o in (objectives if run.attack in GRADIENT else (None,))
+            ]
     return tuple(entries), tuple(skipped)
 
 
@@ -174,8 +176,23 @@ def _check_classes(entries, classes):
             )
 
 
-def check_config(model, classes, *, attacks, eps, norm, clip_values, batch_size, seed, n_queries, steps,
-                 verbose, version=None, eot_iter=20, surrogate=None):  # fmt: skip
+def check_config(
+    model,
+    classes,
+    *,
+    attacks,
+    eps,
+    norm,
+    clip_values,
+    batch_size,
+    seed,
+    n_queries,
+    steps,
+    verbose,
+    version=None,
+    eot_iter=20,
+    surrogate=None,
+):
     """The checked `Config`; TypeError/ValueError in `gradkit._checks`' form for any bad argument
     (`version`, `attacks` and `eot_iter` by `_versions.check_version`)."""
     version, attacks = _versions.check_version(version, attacks, eot_iter)
