@@ -22,8 +22,13 @@ ATTACKS = ("fgsm", "pgd", "apgd-ce", "apgd-t", "square", "standard", "fmn", "fab
 ADV_ATTACKS = ("pgd", "fgsm")
 ADV_MODES = ("augment", "fit")  # the "mode" of adv_boost's `adversarial` (see gradkit.AdaBoostM1)
 NETWORKS = ("cnn", "mlp")
-QUICK = {"epsilons": list(_norms.QUICK_EPSILONS["linf"]), "n_estimators": 2, "epochs": 3, "apgd_steps": 5,
-         "square_queries": 100}  # fmt: skip
+QUICK = {
+    "epsilons": list(_norms.QUICK_EPSILONS["linf"]),
+    "n_estimators": 2,
+    "epochs": 3,
+    "apgd_steps": 5,
+    "square_queries": 100,
+}
 QUICK_SUBSET = (2000, 1000)  # at most this many train / test samples with quick=True
 _MINIMUM = {
     "n_estimators": 1,
