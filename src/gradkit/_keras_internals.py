@@ -151,10 +151,11 @@ class tensorflow_unasked:  # noqa: N801 - a context manager named for what it do
     """Within the block, Keras does not import TensorFlow to ask whether a value is one of its types.
 
     Keras' `serialize_keras_object` (under every layer's `get_config`, hence `clone_model`) asks
-    `isinstance(obj, tf.TensorShape)` and imports TensorFlow for it on every backend: 2-11 s of a JAX or
-    PyTorch process. Where TensorFlow is not imported yet no value can be one of its types, so the answer
-    is the same without the import. A no-op where TensorFlow is imported or already asked about;
-    restored on leaving. TensorFlow-only layers (`StringLookup`) made in the block would find it missing.
+    `isinstance(obj, tf.TensorShape)` and imports TensorFlow for it on every backend, a slow import that
+    a JAX or PyTorch process does not need. Where TensorFlow is not imported yet no value can be one of
+    its types, so the answer is the same without the import. A no-op where TensorFlow is imported or
+    already asked about; restored on leaving. TensorFlow-only layers (`StringLookup`) made in the block
+    would find it missing.
     """
 
     def __enter__(self):
@@ -182,8 +183,8 @@ class random_initializers_skipped:  # noqa: N801 - a context manager named for w
     """Within the block (in this thread), a variable whose own initializer is one of Keras' integer-seeded
     elementwise random initializers (`GlorotUniform()`, `HeNormal(seed=1)`, `RandomNormal`, ...: Keras
     gives `seed=None` an integer) starts at zeros, with no draw. For `keras.saving.load_model`, whose file
-    then assigns every variable: JAX compiles no random-number program (its threefry: 2-11 s of each
-    process's start-up).
+    then assigns every variable: JAX compiles no random-number program (threefry), whose compilation
+    slows each process's start-up.
 
     Exact: on leaving without an error, a variable so started that was not assigned since gets its real
     draw (an integer-seeded initializer draws the same values whenever it is called), so the values equal
