@@ -176,13 +176,8 @@ def keras_reduced(spec, y, y_pred, sample_weight):
 def attack_per_sample(spec, ids_or_y, out, out_is_logits):
     """Per-sample loss of shape (batch,) for input gradients: cross-entropy from logits if known, with
     the loss's `label_smoothing` and `ignore_class` applied as Keras applies them (an ignored row's loss
-    is 0).
-
-    Summed over the batch by the callers, so a sample's gradient does not depend on the batch it came
-    in. For cross-entropy on a model that ends in a softmax, `out` are the logits before the softmax: a
-    saturated float32 softmax otherwise gives exactly zero gradients on JAX and PyTorch (TensorFlow
-    recovers the logits itself).
-    """
+    is 0). Summed over the batch by the callers, so a sample's gradient does not depend on its batch;
+    for a model ending in a softmax `out` are the logits before it (`gradients._logits`)."""
     out = keras.ops.cast(out, "float32")
     smoothing = spec.label_smoothing
     if spec.kind in ("sparse", "categorical") and smoothing:

@@ -16,8 +16,8 @@ class GradientNormCallback(keras.callbacks.Callback):
     keeps the value of every recorded step.
 
     On `set_model` (before `fit` builds its training function) it calls `track_gradient_norm`, so
-    `grad_norm` and the other keys (epoch mean of the step values, see `track_gradient_norm`) reach the
-    progress bar, `History`, `CSVLogger` and TensorBoard.
+    `grad_norm` and the other keys (epoch mean of the step values, see the `gradkit.monitor`
+    docstring) reach the progress bar, `History`, `CSVLogger` and TensorBoard.
 
     It also keeps the value of each recorded step, recovered in float64 from the running means in the
     batch logs: step n's value is n * mean_n - (n - 1) * mean_(n-1). The means are float32 (float64 on

@@ -152,82 +152,25 @@ def _make_steps(model, metric, layers, groups, every_n_steps):
 def track_gradient_norm(model, per_layer=False, include=("norm",), every_n_steps=1):
     """Makes `model`'s training step log `grad_norm` and the other diagnostics of `include`.
 
-    Every key is computed inside the step from the tensors it already has (the gradients the optimizer
-    received, the weights it read and wrote), globally and, with `per_layer=True`, as
-    `"<key>/<layer name>"` (one TensorBoard panel per key). A global value is over every trainable
-    weight together (norms: the square root of the sum of squares, never a sum of per-layer norms). The
-    groups of `include`:
-
-    - "norm": `grad_norm` (the default group; below);
-    - "clipped": `grad_norm_clipped`, the norm of the gradient the update used, after the optimizer's
-      `clipnorm` (per weight), `global_clipnorm` or `clipvalue`, and `clip_fraction`, the share of
-      recorded steps on which that clipping changed the gradient (per layer: a gradient of that layer);
-    - "params": `param_norm`, the L2 norm of the weights the step read, before its update;
-    - "updates": `update_norm`, the L2 norm of the weight change the step applied, whatever the
-      optimizer (weight decay and constraints included), and `update_ratio` = update_norm / param_norm
-      (about 1e-3 is the usual healthy figure; You et al. 2017, LARS);
-    - "health": `grad_max` (max |g|), `grad_nonfinite` (the count of NaN and inf entries) and
-      `grad_zero_fraction` (the share of exact zeros: dead units);
-    - "noise_scale": `noise_scale`, the gradient noise scale B_simple = tr(Sigma) / |G|^2 of McCandlish
-      et al. (2018), in rows (the batch size beyond which larger batches stop paying), estimated from
-      the gradients of the two halves of each recorded step's batch (where the backend cannot take the
-      first half's from the step's own backward pass, one more forward and backward pass over half the
-      rows, inside the step), each term smoothed by a bias-corrected exponential moving average over the
-      recorded steps (beta 0.99) and logged as the ratio after the last step, not an epoch mean
-      (`_noise_scale` gives the estimator). Batches need at least 2 rows;
-    - "all": every group above (noise_scale included: mind its extra pass).
-
-    Semantics of the logged values:
-
-    - `grad_norm` of a step is the global L2 norm of the gradient of that step's loss (the loss `fit`
-      minimizes, regularization included), in float32, BEFORE clipping (`clipnorm`, `global_clipnorm`,
-      `clipvalue` act inside the optimizer) and with the loss-scale factor of mixed precision
-      (`LossScaleOptimizer.dynamic_scale`, or an optimizer's `loss_scale_factor`) divided out. It equals
-      `gradient_norm` on the same weights and batch. Every gradient-based key is likewise taken after
-      unscaling (mixed precision changes none of them).
-    - The logged value is the plain mean of the step values since the metrics were last reset: the
-      running mean during an epoch, the epoch mean in `History`. Each step counts once, whatever its
-      batch size (Keras weights `loss` by batch size instead, so a short last batch counts less there).
-      `train_on_batch` resets the metrics by default, so there it is the norm of that batch.
-    - `every_n_steps=n` records only every n-th applied update (the first, the (n+1)-th, ..., counted by
-      the optimizer across `fit` calls). The other steps run the model class's own training step,
-      untouched, where the host knows each step's index (`_chosen_steps`); with `steps_per_execution`
-      > 1 or a `LossScaleOptimizer` (which leaves its counter alone on the steps it skips), and on the
-      steps that only accumulate gradients, the tracked step runs and skips the computation (a traced
-      conditional on TensorFlow and JAX, a Python `if` on PyTorch, where the weights are then not
-      copied either).
-    - With `gradient_accumulation_steps=k`, values exist only for steps that update the weights: those
-      of the applied update (its gradient is the mean of the k accumulated ones; its weights, change and
-      clipping are the update's); the other steps are not counted. Where no step has counted since the
-      metrics were reset (a `train_on_batch` that only accumulates, the first steps of an epoch), the
-      logged values are those of the last applied update, NaN before any: never a made-up 0. The same
-      holds for the steps that `every_n_steps` skips.
-    - With `steps_per_execution=k` (TensorFlow, JAX), the logs of a call hold the running mean after
-      its k steps.
-    - NaN and inf are reported as such (one bad step makes the epoch mean NaN/inf). Under dynamic loss
-      scaling, steps that the LossScaleOptimizer skips for overflow therefore show inf or NaN.
-    - Evaluation (`validation_data`, `evaluate`) reports no `grad_norm`.
-    - Cost: the norms are a few operations per step on the gradients already in memory (one reduction
-      per weight, one product, the metric update). TensorFlow and JAX compile them into the step; on
-      PyTorch they run eagerly right after `optimizer.apply`, which assumes the optimizer leaves the
-      gradient tensors unchanged (every Keras optimizer does; each is tested). On PyTorch's CPU the
-      squared norms then come to the host, and the sums and means are Python arithmetic (float64):
-      there `grad_norm` reaches the logs as a Python float. The other groups add a few reductions per
-      weight ("health": three elementwise passes over the gradients; "updates": on TensorFlow and
-      PyTorch a copy of the weights before the update, which writes them in place).
-
-    Idempotent: calling it again with the same arguments changes nothing; with others the metric is
-    replaced. Survives `compile()` (the step functions are rebuilt on the next `fit`). The layers of the
-    per-layer values are fixed now: track again after changing which layers are trainable.
+    The keys, their definitions and the semantics of the logged values are in the `gradkit.monitor`
+    docstring. Idempotent: calling it again with the same arguments changes nothing; with others the
+    metric is replaced. Survives `compile()` (the step functions are rebuilt on the next `fit`). The
+    layers of the per-layer values are fixed now: track again after changing which layers are
+    trainable.
 
     Args:
         model: a `keras.Model`; built when `per_layer=True` (call it on data, or give it an Input).
         per_layer: also log `"<key>/<layer name>"` for each top-level layer with trainable weights.
             Defaults to False.
-        include: a group name or a list of them among "norm", "clipped", "params", "updates",
-            "health", "noise_scale" (above), or "all". Defaults to ("norm",).
-        every_n_steps: int >= 1, record the values of every n-th applied update only (above).
-            Defaults to 1.
+        include: a group name or a list of them among "norm" (`grad_norm`), "clipped"
+            (`grad_norm_clipped`, `clip_fraction`), "params" (`param_norm`), "updates" (`update_norm`,
+            `update_ratio`), "health" (`grad_max`, `grad_nonfinite`, `grad_zero_fraction`), "noise_scale"
+            (`noise_scale`, B_simple; one more pass over half of each recorded batch), or "all".
+            Defaults to ("norm",).
+        every_n_steps: int >= 1, record the values of every n-th applied update only (the first, the
+            (n+1)-th, ...; counted by the optimizer's iterations, across `fit` calls); the other steps
+            run the class's own training step (with `steps_per_execution` > 1 or a
+            `LossScaleOptimizer`, they skip the computation in a traced conditional). Defaults to 1.
 
     Returns:
         The model.
@@ -239,10 +182,6 @@ def track_gradient_norm(model, per_layer=False, include=("norm",), every_n_steps
             unknown group in `include`; `every_n_steps < 1`; (at the first training step, before any
             update) "noise_scale" with a batch of one row. On JAX, Keras' `fit` then leaves the
             model's variables in its step state: build the model anew.
-
-    References:
-        You, Gitman & Ginsburg (2017), https://arxiv.org/abs/1708.03888 (LARS, `update_ratio`).
-        McCandlish et al. (2018), Appendix A.1, https://arxiv.org/abs/1812.06162 (`noise_scale`).
 
     Example:
         >>> gradkit.track_gradient_norm(model, include=("norm", "updates"))     # doctest: +SKIP
