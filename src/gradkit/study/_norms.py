@@ -26,9 +26,9 @@ _SPELLINGS = {"inf": "linf", "2": "l2", "1": "l1"}
 # norm growing as sqrt(d) and an L1 norm growing as d, so on the study's default data, scikit-learn's
 # 8x8 digits (d = 64), MNIST's radii correspond to L2 2 * sqrt(64 / 784) = 0.57 and L1 10 * 64 / 784 =
 # 0.82. The L2 and L1 lists bracket these digits-sized radii and the study's CNN's median minimal
-# perturbations on digits (the Linf list and adv_eps 0.1 sit the same way around its Linf median), and
-# they end at MNIST's literature value, as the Linf list ends at MNIST's 0.3: one default serves digits
-# and MNIST. For CIFAR-10 pass `--epsilons` (e.g. L2 0,0.25,0.5,1; L1 0,6,12).
+# perturbations on digits (benchmarks/README.md; the Linf list and adv_eps 0.1 sit the same way around
+# its Linf median), and they end at MNIST's literature value, as the Linf list ends at MNIST's 0.3: one
+# default serves digits and MNIST. For CIFAR-10 pass `--epsilons` (e.g. L2 0,0.25,0.5,1; L1 0,6,12).
 DEFAULT_EPSILONS = {
     "linf": (0.0, 0.02, 0.05, 0.1, 0.2, 0.3),
     "l2": (0.0, 0.1, 0.25, 0.5, 1.0, 2.0),
