@@ -1,7 +1,7 @@
 """`plot_training_diagnostics`: one PNG of the training diagnostics in a History, a panel per group.
 
-Kept apart from `plotting.py` (which would pass 250 lines), with the same rules: matplotlib imported
-inside the function, a bare `Figure`, the file written atomically.
+Kept apart from `plotting.py`, with the same rules: matplotlib imported inside the function, a bare
+`Figure`, the file written atomically.
 """
 
 import math

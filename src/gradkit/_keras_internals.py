@@ -1,7 +1,7 @@
 """Every access to a private Keras attribute, one named function each.
 
 gradkit reads a few attributes Keras 3 keeps private, here only: an upgrade that renames one breaks one
-function with one test. Checked against Keras 3.15. Each degrades to a documented default if it is gone.
+function with one test. Checked against Keras 3.15; each degrades to a documented default if it is gone.
 """
 
 import functools
@@ -151,10 +151,10 @@ class tensorflow_unasked:  # noqa: N801 - a context manager named for what it do
     """Within the block, Keras does not import TensorFlow to ask whether a value is one of its types.
 
     Keras' `serialize_keras_object` (under every layer's `get_config`, hence `clone_model`) asks
-    `isinstance(obj, tf.TensorShape)` and imports TensorFlow for it on every backend: 2-11 s of a JAX or
-    PyTorch process. Where TensorFlow is not imported yet no value can be one of its types, so the answer
-    is the same without the import. A no-op where TensorFlow is imported or already asked about;
-    restored on leaving. TensorFlow-only layers (`StringLookup`) made in the block would find it missing.
+    `isinstance(obj, tf.TensorShape)` and imports TensorFlow for it on every backend (a slow import). Where
+    TensorFlow is not imported yet no value can be one of its types, so the answer is the same without
+    the import. A no-op where TensorFlow is imported or already asked about; restored on leaving.
+    TensorFlow-only layers (`StringLookup`) made in the block would find it missing.
     """
 
     def __enter__(self):
@@ -182,8 +182,8 @@ class random_initializers_skipped:  # noqa: N801 - a context manager named for w
     """Within the block (in this thread), a variable whose own initializer is one of Keras' integer-seeded
     elementwise random initializers (`GlorotUniform()`, `HeNormal(seed=1)`, `RandomNormal`, ...: Keras
     gives `seed=None` an integer) starts at zeros, with no draw. For `keras.saving.load_model`, whose file
-    then assigns every variable: JAX compiles no random-number program (its threefry: 2-11 s of each
-    process's start-up).
+    then assigns every variable: JAX compiles no random-number program (threefry), whose compilation
+    slows each process's start-up.
 
     Exact: on leaving without an error, a variable so started that was not assigned since gets its real
     draw (an integer-seeded initializer draws the same values whenever it is called), so the values equal

@@ -57,16 +57,38 @@ def legends(ax, models, attacks, bold):
     """Two legends right of the axes: colour and marker = model, line = attack."""
     from matplotlib.lines import Line2D
 
-    by_model = [Line2D([], [], color=f"C{i % 10}", marker=_MARKERS[i % len(_MARKERS)], linestyle="",
-                       label=m) for i, m in enumerate(models)]  # fmt: skip
-    by_attack = [Line2D([], [], color="0.3", linewidth=3 if a == bold else 1.2,
-                        linestyle=_line(a, attacks, bold), label="worst case" if a == "worst_case" else a)
-                 for a in attacks]  # fmt: skip
-    first = ax.legend(handles=by_model, title="model", fontsize="small", loc="upper left",
-                      bbox_to_anchor=(1.02, 1.0), borderaxespad=0)  # fmt: skip
+    by_model = [
+        Line2D([], [], color=f"C{i % 10}", marker=_MARKERS[i % len(_MARKERS)], linestyle="", label=m)
+        for i, m in enumerate(models)
+    ]
+    by_attack = [
+        Line2D(
+            [],
+            [],
+            color="0.3",
+            linewidth=3 if a == bold else 1.2,
+            linestyle=_line(a, attacks, bold),
+            label="worst case" if a == "worst_case" else a,
+        )
+        for a in attacks
+    ]
+    first = ax.legend(
+        handles=by_model,
+        title="model",
+        fontsize="small",
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        borderaxespad=0,
+    )
     ax.add_artist(first)
-    ax.legend(handles=by_attack, title="attack", fontsize="small", loc="lower left",
-              bbox_to_anchor=(1.02, 0.0), borderaxespad=0)  # fmt: skip
+    ax.legend(
+        handles=by_attack,
+        title="attack",
+        fontsize="small",
+        loc="lower left",
+        bbox_to_anchor=(1.02, 0.0),
+        borderaxespad=0,
+    )
 
 
 def _line(attack, attacks, bold):
@@ -85,10 +107,17 @@ def draw(ax, groups, bands, bold):
         x = eps + (k - (len(groups) - 1) / 2) * step  # a small sideways shift per line
         strong, i = attack == bold, models.index(model)
         color, name = f"C{i % 10}", "worst case" if attack == "worst_case" else attack
-        ax.plot(x, [points[e] for e in eps], linestyle=_line(attack, attacks, bold), color=color,
-                marker=_MARKERS[i % len(_MARKERS)], markersize=6 if strong else 4,
-                linewidth=2.5 if strong else 1, alpha=1 if strong else 0.75,
-                label=f"{model} / {name}")  # fmt: skip
+        ax.plot(
+            x,
+            [points[e] for e in eps],
+            linestyle=_line(attack, attacks, bold),
+            color=color,
+            marker=_MARKERS[i % len(_MARKERS)],
+            markersize=6 if strong else 4,
+            linewidth=2.5 if strong else 1,
+            alpha=1 if strong else 0.75,
+            label=f"{model} / {name}",
+        )
         if (model, attack) in bands:
             low, high = zip(*(bands[model, attack][e] for e in eps))
             ax.fill_between(x, low, high, color=color, alpha=0.15 if strong else 0.05, linewidth=0)

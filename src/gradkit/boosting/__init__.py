@@ -1,29 +1,9 @@
 """Boosting of Keras networks: AdaBoost.M1 and SAMME, adversarial rounds, checkpoints and resume.
 
 Each round trains a fresh learner from `build_fn()` with the boosting weights passed to
-`fit(sample_weight=...)`: the weights scale each sample's cost (Schwenk & Bengio 2000 call this
-"weighting the cost function"), no resampling. The weights handed to the learner are rescaled to mean
-1 over the training set; with weights summing to 1 each sample's loss would be divided by n and the
-effective learning rate of the network would collapse. The boosting quantities themselves use the
-normalized weights w (sum 1):
-
-    e_t = sum_i w_i [h_t(x_i) != y_i] / sum_i w_i
-    AdaBoost.M1: alpha_t = ln((1 - e_t) / e_t),                              stops at e_t >= 1/2
-    SAMME:       alpha_t = learning_rate * (ln((1 - e_t) / e_t) + ln(K - 1)), stops at e_t >= 1 - 1/K
-    w_i <- w_i * exp(alpha_t [h_t(x_i) != y_i]), then renormalized to sum 1.
-
-A first learner at or above the threshold raises "worse than random"; a later one is discarded and
-boosting stops with the earlier rounds. A perfect round (e_t = 0) is kept with alpha_t = 1.0 and ends
-boosting, as in scikit-learn (never inf or NaN). Weights are clipped below at machine epsilon before
-each round (zero initial weights stay zero), as scikit-learn does, so the non-Keras path reproduces
-`sklearn.ensemble.AdaBoostClassifier` exactly.
-
-Modules: `_base` (the loop, one per-round hook), `_adaboost` (alpha and stopping rule of each
-estimator), `_params` and `_data` (checks), `_learners` (learner checks, predictions, targets),
-`_adversarial` (adversarial rounds: "augment" between rounds, or "fit" through
-`gradkit.training.adversarial_training`), `_voting` (the decision, on the ensemble's weighted
-vote), `_persistence` (the file format, which knows no estimator class), `_checkpoint` (an
-estimator as meta + members and back), `_load`.
+`fit(sample_weight=...)` (no resampling); the learners' weighted hard vote is the ensemble's decision.
+The weights, the learner weights and the stopping rules are in the docstrings of `AdaBoostM1` and
+`SAMME`; `describe` says what a fitted ensemble really is, `load` reads a saved one.
 
 References:
     Freund & Schapire (1996), "Experiments with a new boosting algorithm", ICML,

@@ -1,11 +1,6 @@
 """`AdaBoostM1` and `SAMME`: the learner weight alpha_t and the stopping rule of each, nothing else.
 
-With the weighted error e_t of round t (normalized weights w, sum 1):
-
-    AdaBoost.M1: alpha_t = ln((1 - e_t) / e_t),                              stops at e_t >= 1/2
-    SAMME:       alpha_t = learning_rate * (ln((1 - e_t) / e_t) + ln(K - 1)), stops at e_t >= 1 - 1/K
-
-For K = 2 the two agree. Everything else (the loop, the weights, the votes) is `BaseBoosting`'s.
+Everything else (the loop, the weights, the votes) is `BaseBoosting`'s; `CLASS_DOC` documents both.
 """
 
 import numpy as np
@@ -16,6 +11,24 @@ from gradkit.boosting._base import BaseBoosting
 CLASS_DOC = """{title}
 
 {rule}
+
+Each round trains a fresh learner from `build_fn()` with the boosting weights passed to
+`fit(sample_weight=...)`: the weights scale each sample's cost (Schwenk & Bengio 2000 call this
+"weighting the cost function"), no resampling. The weights handed to a Keras learner (or any learner
+that is not a scikit-learn estimator) are rescaled to mean 1 over the training set: with weights
+summing to 1 each sample's loss would be divided by n and the effective learning rate of the network
+would collapse. The boosting quantities themselves use the normalized weights w (sum 1):
+
+    e_t = sum_i w_i [h_t(x_i) != y_i] / sum_i w_i
+    AdaBoost.M1: alpha_t = ln((1 - e_t) / e_t),                              stops at e_t >= 1/2
+    SAMME:       alpha_t = learning_rate * (ln((1 - e_t) / e_t) + ln(K - 1)), stops at e_t >= 1 - 1/K
+    w_i <- w_i * exp(alpha_t [h_t(x_i) != y_i]), then renormalized to sum 1.
+
+A first learner at or above the threshold raises "worse than random"; a later one is discarded and
+boosting stops with the earlier rounds. A perfect round (e_t = 0) is kept with alpha_t = 1.0 and ends
+boosting, as in scikit-learn (never inf or NaN). Weights are clipped below at machine epsilon before
+each round (zero initial weights stay zero), as scikit-learn does, so the non-Keras path reproduces
+`sklearn.ensemble.AdaBoostClassifier` exactly.
 
 Args:
     build_fn: callable with no arguments returning a fresh learner each round: a compiled
@@ -68,6 +81,8 @@ Attributes:
 
 References:
     {references}
+    Schwenk & Bengio (2000), "Boosting neural networks", Neural Computation 12(8),
+    https://doi.org/10.1162/089976600300015178 (sample weights as cost weights).
 """
 
 
@@ -114,8 +129,8 @@ class SAMME(BaseBoosting):
 AdaBoostM1.__doc__ = CLASS_DOC.format(
     title="AdaBoost.M1 (Freund & Schapire 1996) over Keras networks (or scikit-learn style learners).",
     rule=(
-        "Learner weight alpha_t = ln((1 - e_t) / e_t); stops at e_t >= 1/2 (see `gradkit.boosting` for\n"
-        "the weights, the stopping rules and the references). For K = 2 it equals `SAMME`."
+        "Learner weight alpha_t = ln((1 - e_t) / e_t); stops at e_t >= 1/2 (the weights and the\n"
+        "stopping rules: below). For K = 2 it equals `SAMME`."
     ),
     extra_args="",
     references=(

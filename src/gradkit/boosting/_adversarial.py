@@ -1,20 +1,7 @@
 """Adversarial rounds of boosting: the `adversarial` dict, its two modes, and one round's training.
 
-    "augment" (default)  the attack runs between rounds against the ensemble so far (round 0: against
-                         its own learner after a clean fit); the learner trains on the clean samples
-                         plus their adversarial copies, copy i carrying weight w_i (Goodfellow et al.
-                         2015's mix of clean and adversarial examples)
-    "fit"                the learner is trained with `gradkit.training.adversarial_training` (the attack
-                         inside each training step, Madry et al. 2018), the boosting weights as sample
-                         weights; after training the same attack is run against the learner
-
-Either way the round returns the adversarial examples it is judged on: a sample counts as wrong when
-the learner misclassifies its clean point or that example.
-
-In "fit" mode the keys of `adversarial` go where they belong: those of `adversarial_training`
-(eps_step, steps, norm, clip_values, random_start, loss, beta, ratio, seed) to the training, those of
-the attack function (eps_step, steps, norm, clip_values, random_start, seed, batch_size, ...; not
-`loss`, which there names the training objective) to the attack that judges the round.
+"augment" (default) attacks the ensemble so far between rounds and trains the learner on clean plus
+adversarial copies; "fit" trains it with `gradkit.training.adversarial_training` (`train_round`).
 
 References:
     Goodfellow, Shlens & Szegedy (2015), "Explaining and harnessing adversarial examples", ICLR,
@@ -117,6 +104,21 @@ def attack(target, x, ids, adversarial):
 def train_round(learner, x, ids, targets, sw, adversarial, fit_kwargs, ensemble):
     """Trains one round's Keras `learner` adversarially and returns the examples it is judged on.
 
+        "augment" (default)  the attack runs between rounds against the ensemble so far (round 0:
+                             against its own learner after a clean fit); the learner trains on the
+                             clean samples plus their adversarial copies, copy i carrying weight w_i
+                             (Goodfellow et al. 2015's mix of clean and adversarial examples)
+        "fit"                the learner is trained with `gradkit.training.adversarial_training` (the
+                             attack inside each training step, Madry et al. 2018), the boosting weights
+                             as sample weights; after training the same attack is run against it
+
+    Either way a sample counts as wrong when the learner misclassifies its clean point or the returned
+    example. In "fit" mode the keys of `adversarial` go where they belong: those of
+    `adversarial_training` (eps_step, steps, norm, clip_values, random_start, loss, beta, ratio, seed)
+    to the training, those of the attack function (eps_step, steps, norm, clip_values, random_start,
+    seed, batch_size, ...; not `loss`, which there names the training objective) to the attack that
+    judges the round.
+
     Args:
         learner: a fresh compiled Keras model.
         x: training inputs `(n, ...)`; ids: class ids `(n,)` int64; targets: the labels in the form
@@ -141,6 +143,10 @@ def train_round(learner, x, ids, targets, sw, adversarial, fit_kwargs, ensemble)
         learner.fit(x, targets, sample_weight=sw, **fit_kwargs)
         target = learner
     x_adv = attack(target, x, ids, adversarial)
-    learner.fit(np.concatenate([x, x_adv]), np.concatenate([targets, targets]),
-                sample_weight=np.concatenate([sw, sw]), **fit_kwargs)  # fmt: skip
+    learner.fit(
+        np.concatenate([x, x_adv]),
+        np.concatenate([targets, targets]),
+        sample_weight=np.concatenate([sw, sw]),
+        **fit_kwargs,
+    )
     return x_adv

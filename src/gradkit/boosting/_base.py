@@ -127,9 +127,13 @@ class BaseBoosting(_voting.VotingMixin, ClassifierMixin, BaseEstimator):
                     f"for {type(self).__name__} with {self.n_classes_} classes. Usual causes: unscaled "
                     "inputs (pixels in [0, 255]: divide by 255), too few epochs or samples per round "
                     "(fit_kwargs), or a learner too weak for the task."
-                    + (" With `adversarial`, the error counts the adversarial examples too: an eps too "
-                       "large for the task (try a smaller adversarial['eps'])." if self.adversarial else "")
-                )  # fmt: skip
+                    + (
+                        " With `adversarial`, the error counts the adversarial examples too: an eps too "
+                        "large for the task (try a smaller adversarial['eps'])."
+                        if self.adversarial
+                        else ""
+                    )
+                )
             self._log(t, f"error: {error:.4f} >= {limit:.4f}, learner discarded, boosting stopped", tic)
             self._finished = True
             self.stop_reason_ = f"round {t + 1} worse than random (weighted error {error:.4f} >= {limit:.4f})"

@@ -3,8 +3,7 @@
 Each constraint is `(parameter, rule, what is expected, exception type)`, checked in order by
 `check_params` when `fit` starts (scikit-learn's convention: `__init__` only stores). A parameter the
 estimator does not have (`learning_rate` of `AdaBoostM1`) is skipped. Numbers of the wrong kind
-(`n_estimators=2.5`) raise ValueError, as they always did here; a `build_fn` or `fit_kwargs` of the
-wrong type raises TypeError.
+(`n_estimators=2.5`) raise ValueError; a `build_fn` or `fit_kwargs` of the wrong type raises TypeError.
 """
 
 import math

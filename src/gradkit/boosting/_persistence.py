@@ -10,11 +10,6 @@ Layout of a saved directory:
                                     (each member's file name and SHA-256 digest)
     member_000_<sha256[:12]>.keras  one Keras file per member, named after its content
 
-Writes are atomic: every file is written under a temporary name in the same directory, flushed to disk
-and moved into place with `os.replace`. Members are written before `boost.json`, and files of an earlier
-save are deleted only after the new `boost.json` is in place, so a reader (or a resumed fit) always
-sees one complete save, never a partial round. Saving into a directory again writes only the members it
-does not hold yet (the per-round checkpoints of `fit(checkpoint_dir=...)`).
 """
 
 import json
@@ -62,6 +57,12 @@ def _write_meta(meta, path):
 
 def write(path, meta, members, *, previous=None):
     """Writes `meta` and the Keras `members` into the directory `path` (created if needed), atomically.
+
+    Every file is written under a temporary name in the same directory, flushed to disk and moved into
+    place with `os.replace`. Members are written before `boost.json`, and files of an earlier save are
+    deleted only after the new `boost.json` is in place, so a reader (or a resumed fit) always sees one
+    complete save, never a partial round. Saving into a directory again writes only the members it does
+    not hold yet (the per-round checkpoints of `fit(checkpoint_dir=...)`).
 
     Args:
         path: directory (str or path-like). Other files in it are left alone, except this format's

@@ -1,12 +1,6 @@
-"""The decision of a boosted ensemble, built on the ensemble's weighted vote (`gradients.weighted_vote`).
-
-With V = sum_t alpha_t onehot(h_t(x)) (the weighted vote, float64 `(n, K)`) and A = sum_t alpha_t,
-scikit-learn's SAMME coding of the votes (alpha_t where h_t(x) = c, else -alpha_t / (K - 1)) sums to
-
-    D = (V - (A - V) / (K - 1)) / A,
-
-the decision function of `AdaBoostClassifier` (Zhu et al. 2009). For K = 2 it is one column,
-D[:, 1] - D[:, 0] (> 0 means the second class). Probabilities are softmax(D / (K - 1)) (their eq. 15).
+"""The decision of a boosted ensemble, built on the ensemble's weighted vote (`gradients.weighted_vote`):
+scikit-learn's SAMME decision function and probabilities (`decision`, `probabilities`), and the
+scikit-learn decision methods of a fitted estimator (`VotingMixin`).
 
 References:
     Zhu, Zou, Rosset & Hastie (2009), "Multi-class AdaBoost", Statistics and Its Interface 2(3),
@@ -21,6 +15,15 @@ from gradkit.gradients import weighted_vote
 
 def decision(votes, total, n_classes):
     """The SAMME decision from the weighted vote `votes` `(n, K)` of learners whose weights sum to `total`.
+
+    With V = sum_t alpha_t onehot(h_t(x)) (the weighted vote, float64 `(n, K)`) and A = sum_t alpha_t,
+    scikit-learn's SAMME coding of the votes (alpha_t where h_t(x) = c, else -alpha_t / (K - 1)) sums to
+
+        D = (V - (A - V) / (K - 1)) / A,
+
+    the decision function of `AdaBoostClassifier` (Zhu et al. 2009). For K = 2 it is one column,
+    D[:, 1] - D[:, 0] (> 0 means the second class). Probabilities are softmax(D / (K - 1)) (their
+    eq. 15, `probabilities`).
 
     Returns:
         float64 `(n, K)`, or `(n,)` when K = 2.

@@ -8,9 +8,6 @@ Exit codes: 0 success, 2 bad input (no command, unknown data set, malformed epsi
 directory, a changed configuration in an existing one, a model or data that do not match, shards that do
 not belong together; the message goes to stderr and nothing is written), 1 a study model that cannot be
 trained, 130 interrupted (rerun the same command to resume).
-
-Modules: `_parser` (shared parser class and option types), `_study`, `_evaluate`, `_merge` (one
-subcommand each), `_inputs` (models and data from files or code), `_main` (the top-level parser).
 """
 
 from gradkit.cli._main import build_parser

@@ -1,12 +1,9 @@
 """The strong evaluation: `evaluate` runs a cascade of attacks (AutoAttack's standard version by default)
 and returns an `Evaluation`: the per-sample worst case, what broke each point, the cost, and signs of
-attack failure (`flags`); `check_curve` checks several evaluations at growing eps;
-`wilson_interval` and `compare` (McNemar's exact test) give the uncertainty of accuracies and of the
-difference of two models. `evaluate_shard` runs
-the cascade at several eps on a contiguous part of the points, `merge_shards` joins parts after checking
-they belong together, `evaluate_processes` splits one evaluation across a torch.distributed or
-jax.distributed process group, and `write_report` writes evaluation.json and samples.csv (what
-`gradkit evaluate` and `gradkit merge` do).
+attack failure (`flags`). `check_curve` checks several evaluations at growing eps; `wilson_interval`
+and `compare` (McNemar's exact test) give the uncertainty of accuracies and of the difference of two
+models; `evaluate_shard`, `merge_shards`, `evaluate_processes` and `write_report` split an evaluation
+into parts or processes and write its files (what `gradkit evaluate` and `gradkit merge` do).
 
 References:
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse

@@ -19,9 +19,17 @@ def _attack(model, x_rows, y_rows, entry, config, seed, state):
         )
         return x_adv, fooled(model, x_adv, y_rows, config, state), None
     result = registry.run_attack(
-        entry.attack, model, x_rows, y_rows, eps=config.eps, norm=config.norm, clip_values=config.clip_values,
-        batch_size=config.batch_size, seed=seed, **_plan.options(entry, config),
-    )  # fmt: skip
+        entry.attack,
+        model,
+        x_rows,
+        y_rows,
+        eps=config.eps,
+        norm=config.norm,
+        clip_values=config.clip_values,
+        batch_size=config.batch_size,
+        seed=seed,
+        **_plan.options(entry, config),
+    )
     state.n_forwards += int(result.n_forwards)
     state.n_gradients += int(result.n_gradients)
     if result.from_probabilities and entry.name not in state.from_probabilities:

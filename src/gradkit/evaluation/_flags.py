@@ -137,9 +137,8 @@ def late_breaks(entries, per_attack):
     """Flags for Square (or FGSM) breaking points that an earlier iterative gradient attack left robust.
 
     Square's flag needs at least `MASKING_MIN_POINTS` points and more than `MASKING_SHARE` of those it
-    attacked: a random search also breaks the odd point on models without masking (measured: 1 of 352
-    on the study's PGD-trained digits CNN, and 1 of the few points a standard one keeps at eps 0.2),
-    so one point is no evidence of masking. The worst case counts every point all the same."""
+    attacked: a random search also breaks the odd point on models without masking, so one point is no
+    evidence of masking. The worst case counts every point all the same."""
     flags, after_iterative = [], False
     for entry in entries:
         record = per_attack.get(entry.name, {})

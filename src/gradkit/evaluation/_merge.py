@@ -13,24 +13,40 @@ from gradkit import _checks
 from gradkit.evaluation._shards import Shard
 from gradkit.evaluation._state import State
 
-_SCALARS = ("clean_accuracy", "randomized", "n_forwards", "n_gradients", "seconds", "unconfirmed", "finished",
-            "per_attack", "from_probabilities")  # fmt: skip
+_SCALARS = (
+    "clean_accuracy",
+    "randomized",
+    "n_forwards",
+    "n_gradients",
+    "seconds",
+    "unconfirmed",
+    "finished",
+    "per_attack",
+    "from_probabilities",
+)
 
 
 def shard_to_dict(shard):
     """A JSON-able dict of a `Shard` (everything but `x_adv`)."""
 
     def state(s):
-        arrays = {"robust": [bool(r) for r in s.robust], "broken_by": list(s.broken_by),
-                  "zero_gradient": [bool(z) for z in s.zero_gradient]}  # fmt: skip
+        arrays = {
+            "robust": [bool(r) for r in s.robust],
+            "broken_by": list(s.broken_by),
+            "zero_gradient": [bool(z) for z in s.zero_gradient],
+        }
         return {**arrays, **{k: getattr(s, k) for k in _SCALARS}}
 
     return {
-        "settings": shard.settings, "start": shard.start, "stop": shard.stop,
-        "labels": shard.labels.tolist(), "prediction": shard.prediction.tolist(),
-        "states": [state(s) for s in shard.states], "weights": list(shard.weights),
+        "settings": shard.settings,
+        "start": shard.start,
+        "stop": shard.stop,
+        "labels": shard.labels.tolist(),
+        "prediction": shard.prediction.tolist(),
+        "states": [state(s) for s in shard.states],
+        "weights": list(shard.weights),
         "shares": None if shard.shares is None else np.asarray(shard.shares).tolist(),
-    }  # fmt: skip
+    }
 
 
 def shard_from_dict(record):
@@ -43,15 +59,20 @@ def shard_from_dict(record):
                 None,
                 np.asarray(s["zero_gradient"], bool),
                 **{k: s[k] for k in _SCALARS},
-            )  # fmt: skip
+            )
             for s in record["states"]
         ]
         shares = record["shares"]
         return Shard(
-            dict(record["settings"]), int(record["start"]), int(record["stop"]),
-            np.asarray(record["labels"], np.int64), np.asarray(record["prediction"], np.int64), states,
-            tuple(record["weights"]), None if shares is None else np.asarray(shares, np.float64),
-        )  # fmt: skip
+            dict(record["settings"]),
+            int(record["start"]),
+            int(record["stop"]),
+            np.asarray(record["labels"], np.int64),
+            np.asarray(record["prediction"], np.int64),
+            states,
+            tuple(record["weights"]),
+            None if shares is None else np.asarray(shares, np.float64),
+        )
     except (KeyError, TypeError, ValueError) as err:
         raise ValueError(f"not a gradkit evaluation shard ({type(err).__name__}: {err})") from None
 
@@ -93,9 +114,11 @@ def _per_attack(states, sizes, n):
         robust = sum(round(r["robust_accuracy"] * m) for r, m in zip(records, sizes))
         merged[name] = {
             "accuracy": 1.0 - out["n_broken"] / out["n_points"] if out["n_points"] else None,
-            "robust_accuracy": robust / n, **out, "seconds": sum(r["seconds"] for r in records),
+            "robust_accuracy": robust / n,
+            **out,
+            "seconds": sum(r["seconds"] for r in records),
             "no_gradient": any(r.get("no_gradient", False) for r in records),
-        }  # fmt: skip
+        }
     return merged
 
 
@@ -103,11 +126,13 @@ def _merge_states(states, sizes, clean_accuracy):
     n = sum(sizes)
     x_adv = [s.x_adv for s in states]
     merged = State(
-        np.concatenate([s.robust for s in states]), [b for s in states for b in s.broken_by],
+        np.concatenate([s.robust for s in states]),
+        [b for s in states for b in s.broken_by],
         None if any(a is None for a in x_adv) else np.concatenate(x_adv),
-        np.concatenate([s.zero_gradient for s in states]), clean_accuracy,
+        np.concatenate([s.zero_gradient for s in states]),
+        clean_accuracy,
         max(s.randomized for s in states),
-    )  # fmt: skip
+    )
     for key in ("n_forwards", "n_gradients", "seconds", "unconfirmed"):
         setattr(merged, key, sum(getattr(s, key) for s in states))
     merged.finished = list(states[0].finished)
@@ -145,5 +170,6 @@ def merge_shards(shards, names=None):
     has_shares = all(s.shares is not None for s in shards)
     shares = np.concatenate([s.shares for s in shards], axis=1) if has_shares else None
     first = shards[0]
-    return dataclasses.replace(first, start=0, stop=sum(sizes), labels=labels, prediction=prediction,
-                               states=states, shares=shares)  # fmt: skip
+    return dataclasses.replace(
+        first, start=0, stop=sum(sizes), labels=labels, prediction=prediction, states=states, shares=shares
+    )

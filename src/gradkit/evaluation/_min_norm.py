@@ -75,11 +75,10 @@ def min_norm(model, x, y, *, norm, attacks=("fmn",), batch_size=None, output=Non
     returned examples and re-checks success on the model's real decision rule (argmax; the weighted hard
     vote of an ensemble or boosted model), so an attack's own report is never trusted.
 
-    Run more than one attack where you can: the norms are upper bounds, only as good as the attacks. On
-    a small ReLU CNN of digits with many pixels at the box's edge, FMN-L2 (100 steps; adv-lib 0.2.8
-    alike) broke 23% of the points where DDN broke all of them (accuracy at L2 eps 1.0: 0.77 vs 0.06):
-    its linear estimate of the distance to the boundary ignores the box, and the iterate settles below
-    the boundary. Use `attacks=("fmn", "ddn")` for L2.
+    Run more than one attack where you can: the norms are upper bounds, only as good as the attacks.
+    FMN-L2's linear estimate of the distance to the boundary ignores the box, so on a model with many
+    pixels at the box's edge its iterate can settle below the boundary where DDN crosses it. Use
+    `attacks=("fmn", "ddn")` for L2.
 
     Args:
         model: a Keras classifier (single input), a `gradkit.WeightedEnsemble` or a fitted boosting

@@ -1,11 +1,5 @@
-"""What `evaluate` runs, checked before any work: the arguments, the data and the list of attacks.
-
-An attack entry is a registry name (`gradkit.attacks.NAMES`), optionally with an ensemble objective
-after a slash ("apgd-ce/vote_margin"), or a callable `fn(model, x, y, eps=eps) -> x_adv`. A version
-("standard", "plus", "rand") expands to AutoAttack's list for the norm (`_versions.py`; under L1 its
-APGD-L1 settings and Square's L1 version); on an ensemble or boosted model each gradient attack runs
-once per objective in `ENSEMBLE_OBJECTIVES`.
-"""
+"""What `evaluate` runs, checked before any work: the arguments, the data and the list of attacks (registry
+names, "name/objective" with an ensemble objective, callables, or AutoAttack's versions: `_versions`)."""
 
 import dataclasses
 from collections.abc import Callable
@@ -28,7 +22,10 @@ from gradkit.gradients import (
 
 OBJECTIVES = ("loss_sum", "logit_mean", "prob_mean", "vote_margin")
 ENSEMBLE_OBJECTIVES = ("loss_sum", "vote_margin")
-_WHY = {"fab-t": "FAB-T, targeted at classes other than the label,"}
+_WHY_CLASSES = (
+    "the DLR loss divides by gaps between sorted logits, FAB-T targets a class other than the two "
+    "most likely)"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,9 +90,9 @@ def _entry(item, i):
 
 
 def plan_version(version, norm, ensemble, classes, eot_iter):
-    """`(entries, skipped)` of AutoAttack's `version` for a checked `norm`: its attacks in order, each
-    gradient attack once per objective of `ENSEMBLE_OBJECTIVES` on an ensemble; `skipped` holds
-    `(attack, reason)` for the attacks needing more than `classes`."""
+    """`(entries, skipped)` of AutoAttack's `version` at a checked `norm`: its attacks in order (on an
+    ensemble each gradient attack once per `ENSEMBLE_OBJECTIVES`), and `(attack, reason)` of those needing
+    more than `classes`."""
     entries, skipped = [], []
     objectives = ENSEMBLE_OBJECTIVES if ensemble else (None,)
     for run in _versions.runs(version, norm, eot_iter):
@@ -103,15 +100,16 @@ def plan_version(version, norm, ensemble, classes, eot_iter):
         if classes and classes < needed:
             skipped.append((run.attack, f"needs at least {needed} classes; the model has {classes}"))
         else:
-            entries += [Entry(f"{run.attack}/{o}" if o else run.attack, run.attack, o, settings=run.settings)
-                        for o in (objectives if TABLE[run.attack].gradients else (None,))]  # fmt: skip
+            entries += [
+                Entry(f"{run.attack}/{o}" if o else run.attack, run.attack, o, settings=run.settings)
+                for o in (objectives if TABLE[run.attack].gradients else (None,))
+            ]
     return tuple(entries), tuple(skipped)
 
 
 def plan(attacks, ensemble):
-    """The entries `tuple[Entry]` for `attacks` ("standard", one name or a list); ValueError/TypeError
-    for unknown names, bad objectives, an empty list or duplicate names. "standard" gives the standard
-    version's Linf list (`plan_version`)."""
+    """The entries `tuple[Entry]` for `attacks` ("standard": the standard version's Linf list, one name or
+    a list); ValueError/TypeError for unknown names, bad objectives, an empty list or duplicate names."""
     if isinstance(attacks, str) and attacks == "standard":
         return plan_version("standard", np.inf, ensemble, 0, 1)[0]
     if isinstance(attacks, str) or callable(attacks):  # one attack: an error names `attacks` itself
@@ -161,19 +159,28 @@ def _check_classes(entries, classes):
     for entry in entries:
         needed = TABLE[entry.attack].min_classes if entry.attack else 0
         if classes and classes < needed:
-            _checks.fail(
-                "attacks",
-                f"free of {entry.attack!r} for a model of {classes} classes (it needs at least {needed}: "
-                "the DLR loss divides by gaps between sorted logits, FAB-T targets a class other than "
-                "the two most likely)",
-                entry.name,
-            )
+            free = f"free of {entry.attack!r} for a model of {classes} classes (it needs at least {needed}: "
+            _checks.fail("attacks", free + _WHY_CLASSES, entry.name)
 
 
-def check_config(model, classes, *, attacks, eps, norm, clip_values, batch_size, seed, n_queries, steps,
-                 verbose, version=None, eot_iter=20, surrogate=None):  # fmt: skip
-    """The checked `Config`; TypeError/ValueError in `gradkit._checks`' form for any bad argument
-    (`version`, `attacks` and `eot_iter` by `_versions.check_version`)."""
+def check_config(
+    model,
+    classes,
+    *,
+    attacks,
+    eps,
+    norm,
+    clip_values,
+    batch_size,
+    seed,
+    n_queries,
+    steps,
+    verbose,
+    version=None,
+    eot_iter=20,
+    surrogate=None,
+):
+    """The checked `Config`; TypeError/ValueError in `gradkit._checks`' form for any bad argument."""
     version, attacks = _versions.check_version(version, attacks, eot_iter)
     norm = _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS)
     skipped = ()
@@ -200,8 +207,7 @@ def check_config(model, classes, *, attacks, eps, norm, clip_values, batch_size,
 
 
 def options(entry, config):
-    """Keyword options of `gradkit.attacks.run_attack` for a registry `entry` (a version's settings, from
-    `_versions.TABLE`, are the entry's)."""
+    """`gradkit.attacks.run_attack`'s keyword options for a registry `entry` (its version's settings too)."""
     attack, opts = TABLE[entry.attack], {}
     if attack.budget_option == "n_queries":
         opts["n_queries"] = config.n_queries
@@ -235,7 +241,6 @@ def check_adversarial(entry, x_rows, x_adv, config):
     if np.any(size > config.eps * (1 + 1e-5) + 1e-6) or x_adv.min() < lo - 1e-6 or x_adv.max() > hi + 1e-6:
         raise ValueError(
             f"Attack {entry.name!r} must return examples inside the eps-ball (eps={config.eps}) "
-            f"and clip_values={config.clip_values}. Received: a perturbation of norm "
-            f"{size.max():.6g}"
+            f"and clip_values={config.clip_values}. Received: a perturbation of norm {size.max():.6g}"
         )
     return x_adv

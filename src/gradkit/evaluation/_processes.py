@@ -1,14 +1,7 @@
 """`evaluate_processes`: one evaluation across the processes of a torch.distributed or jax.distributed group.
 
-Each process loads the whole data, evaluates its contiguous shard of whole blocks (`shard_rows` with its
-rank), and the per-sample records are gathered on every process (`gradkit.backend.all_gather`) and
-merged (`merge_shards`), so the result equals the one-process result point for point.
-
-Under a `keras.distribution` mesh over every process's devices (JAX, `backend.mesh_spans_processes()`)
-the processes instead run the whole evaluation together: every compiled call's batch is split over the
-mesh, each process feeding its own devices' rows, and the results are gathered at every read. Before any
-attack the processes compare what they were given (model weights, data, settings): a process group whose
-ranks disagree is refused on every rank.
+Each process evaluates its contiguous shard of whole blocks and the per-sample records are gathered
+and merged on every process, so the result equals the one-process result point for point.
 """
 
 import numpy as np
@@ -32,6 +25,14 @@ def _check_agree(settings, rank):
 
 def evaluate_processes(model, x, y, *, epsilons, state_path=None, **options):
     """`evaluate_shard` over all points, split across the running process group.
+
+    Each process loads the whole data, evaluates its contiguous shard of whole blocks (`shard_rows` with
+    its rank), and the per-sample records are gathered on every process (`gradkit.backend.all_gather`)
+    and merged (`merge_shards`). Under a `keras.distribution` mesh over every process's devices (JAX,
+    `backend.mesh_spans_processes()`) the processes instead run the whole evaluation together: every
+    compiled call's batch is split over the mesh, each process feeding its own devices' rows, and the
+    results are gathered at every read. Before any attack the processes compare what they were given
+    (model weights, data, settings): a process group whose ranks disagree is refused on every rank.
 
     Args:
         model, x, y, epsilons, options: as for `evaluate_shard` (every process passes the same).
@@ -64,7 +65,8 @@ def evaluate_processes(model, x, y, *, epsilons, state_path=None, **options):
     block = options.get("batch_size") or len(x)
     rows = _shards.shard_rows(len(x), rank, size, block, name="processes")
     tasks = None if state_path else _tasks.start(len(x), block)  # resuming: each rank its own blocks
-    mine = _shards.evaluate_shard(model, x, y, epsilons=epsilons, rows=rows, state_path=path, tasks=tasks,
-                                  **options)  # fmt: skip
+    mine = _shards.evaluate_shard(
+        model, x, y, epsilons=epsilons, rows=rows, state_path=path, tasks=tasks, **options
+    )
     parts = [shard_from_dict(record) for record in backend.all_gather(shard_to_dict(mine))]
     return merge_shards(parts, names=[f"rank {r}" for r in range(size)]), rank, size

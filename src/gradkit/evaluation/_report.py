@@ -1,16 +1,6 @@
-"""The files of an evaluation: `evaluation.json` and `samples.csv`, each written atomically.
-
-    evaluation.json   top-level "clean_accuracy" and "robust_accuracy" (at the largest eps), "eps",
-                      "epsilons", "results" (one per eps: accuracies, per-attack records, costs, flags),
-                      "flags" (each flag once, with its message and reference), "settings", "model"
-                      and "data" (SHA-256 digests), "rows", and what the caller adds (`info`: versions,
-                      sources)
-    samples.csv       per point: index, label, clean_prediction, robust (0/1, at the largest eps),
-                      broken_by ("clean", the attack, or empty); with several eps also broken_at_eps
-                      (the smallest eps that broke it; 0 for "clean", empty if none did)
-    shard.json        only for a part of the points (`--shard`): the `Shard` that `gradkit merge` reads
-
-`report` and `sample_rows` build the content; other code can extend their dict and rows before writing.
+"""The files of an evaluation: `evaluation.json` and `samples.csv` (`write_report`), each written
+atomically. `report` and `sample_rows` build the content; other code can extend their dict and rows
+before writing.
 """
 
 import csv
@@ -23,7 +13,7 @@ _DIGESTS = ("model", "x", "y")
 
 
 def report(shard, evaluations, info=None):
-    """The content of evaluation.json for a `Shard` and its `evaluations()` (see the module docstring)."""
+    """The content of evaluation.json for a `Shard` and its `evaluations()` (see `write_report`)."""
     settings = {k: v for k, v in shard.settings.items() if k not in _DIGESTS}
     results, flags = [], {}
     for ev in evaluations:
@@ -59,9 +49,12 @@ def sample_rows(shard, evaluations):
     last, rows = evaluations[-1], []
     for i, (label, pred) in enumerate(zip(shard.labels, shard.prediction)):
         row = {
-            "index": shard.start + i, "label": int(label), "clean_prediction": int(pred),
-            "robust": int(bool(last.robust[i])), "broken_by": last.broken_by[i] or "",
-        }  # fmt: skip
+            "index": shard.start + i,
+            "label": int(label),
+            "clean_prediction": int(pred),
+            "robust": int(bool(last.robust[i])),
+            "broken_by": last.broken_by[i] or "",
+        }
         if several:
             row["broken_at_eps"] = first.get(i, "")
         rows.append(row)
@@ -79,6 +72,18 @@ def _write_csv(rows, path):
 
 def write_report(shard, out, *, info=None):
     """Writes samples.csv, shard.json (a part of the points only), then evaluation.json to `out`.
+
+        evaluation.json   top-level "clean_accuracy" and "robust_accuracy" (at the largest eps), "eps",
+                          "epsilons", "results" (one per eps: accuracies, per-attack records, costs,
+                          flags), "flags" (each flag once, with its message and reference), "settings",
+                          "model" and "data" (SHA-256 digests), "rows", and what the caller adds
+                          (`info`: versions, sources)
+        samples.csv       per point: index, label, clean_prediction, robust (0/1, at the largest eps),
+                          broken_by ("clean", the attack, or empty); with several eps also
+                          broken_at_eps (the smallest eps that broke it; 0 for "clean", empty if none
+                          did)
+        shard.json        only for a part of the points (`--shard`): the `Shard` that `gradkit merge`
+                          reads
 
     Args:
         shard: a `Shard` (`evaluate_shard`, `merge_shards`).

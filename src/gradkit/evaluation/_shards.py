@@ -48,12 +48,18 @@ class Shard:
         entries = _plan.plan(list(self.settings["attacks"]), bool(self.weights))
         norm = _checks.check_norm(self.settings["norm"], allowed=_checks.GRADIENT_NORMS)
         config = _plan.Config(
-            eps=0.0, norm=norm, entries=entries,
+            eps=0.0,
+            norm=norm,
+            entries=entries,
             clip_values=None if self.settings["clip_values"] is None else tuple(self.settings["clip_values"]),
-            batch_size=self.settings["batch_size"], seed=self.settings["seed"],
-            n_queries=self.settings["n_queries"], steps=self.settings["steps"], verbose=0,
-            version=self.settings.get("version", "custom"), eot_iter=self.settings.get("eot_iter", 20),
-        )  # fmt: skip
+            batch_size=self.settings["batch_size"],
+            seed=self.settings["seed"],
+            n_queries=self.settings["n_queries"],
+            steps=self.settings["steps"],
+            verbose=0,
+            version=self.settings.get("version", "custom"),
+            eot_iter=self.settings.get("eot_iter", 20),
+        )
         return [
             from_state(
                 state,
@@ -61,7 +67,7 @@ class Shard:
                 weights=self.weights,
                 shares=self.shares,
                 backend=self.settings["backend"],
-            )  # fmt: skip
+            )
             for eps, state in zip(self.settings["epsilons"], self.states)
         ]
 
@@ -84,9 +90,11 @@ def shard_rows(n, index, count, block, *, name="count"):
     n_blocks = -(-n // block)
     if count > n_blocks:
         _checks.fail(
-            name, f"at most the number of blocks of {block} rows in {n} points ({n_blocks}; a smaller "
-            "batch size makes more)", count,
-        )  # fmt: skip
+            name,
+            f"at most the number of blocks of {block} rows in {n} points ({n_blocks}; a smaller "
+            "batch size makes more)",
+            count,
+        )
     first, last = index * n_blocks // count, (index + 1) * n_blocks // count
     return first * block, min(last * block, n)
 
@@ -120,14 +128,35 @@ def _state_path(state_path, i, k):
 def _carry(state):
     """The start of the next eps: the points and breaks of `state`, no attack run yet."""
     return _state.State(
-        state.robust.copy(), list(state.broken_by), state.x_adv.copy(), state.zero_gradient.copy(),
-        state.clean_accuracy, state.randomized,
-    )  # fmt: skip
+        state.robust.copy(),
+        list(state.broken_by),
+        state.x_adv.copy(),
+        state.zero_gradient.copy(),
+        state.clean_accuracy,
+        state.randomized,
+    )
 
 
-def evaluate_shard(model, x, y, *, epsilons, rows=None, state_path=None, norm=np.inf, version=None,
-                   attacks=None, eot_iter=20, clip_values=None, batch_size=None, seed=0, n_queries=5000,
-                   steps=100, verbose=1, tasks=None):  # fmt: skip
+def evaluate_shard(
+    model,
+    x,
+    y,
+    *,
+    epsilons,
+    rows=None,
+    state_path=None,
+    norm=np.inf,
+    version=None,
+    attacks=None,
+    eot_iter=20,
+    clip_values=None,
+    batch_size=None,
+    seed=0,
+    n_queries=5000,
+    steps=100,
+    verbose=1,
+    tasks=None,
+):
     """`gradkit.evaluate`'s cascade at every eps of `epsilons` on the rows `rows` of `x`.
 
     Args:
@@ -151,10 +180,20 @@ def evaluate_shard(model, x, y, *, epsilons, rows=None, state_path=None, norm=np
     x, labels, classes = _plan.check_data(model, x, y)
     epsilons = _epsilons(epsilons)
     config = _plan.check_config(
-        model, classes, version=version, attacks=attacks, eot_iter=eot_iter, eps=epsilons[0], norm=norm,
+        model,
+        classes,
+        version=version,
+        attacks=attacks,
+        eot_iter=eot_iter,
+        eps=epsilons[0],
+        norm=norm,
         clip_values=clip_values,
-        batch_size=batch_size, seed=seed, n_queries=n_queries, steps=steps, verbose=verbose,
-    )  # fmt: skip
+        batch_size=batch_size,
+        seed=seed,
+        n_queries=n_queries,
+        steps=steps,
+        verbose=verbose,
+    )
     if any(e.fn is not None for e in config.entries):
         _checks.fail("attacks", "registry attack names (a shard is saved and merged by name)", attacks)
     _plan.check_range(x, config.clip_values)
@@ -172,8 +211,9 @@ def evaluate_shard(model, x, y, *, epsilons, rows=None, state_path=None, norm=np
         eps_config = dataclasses.replace(config, eps=eps)
         if tasks is not None:
             tasks.begin(i, model, x, labels, eps_config, state, start)
-        _suite.cascade(model, xs, ys, eps_config, state, state_path=path, fp=fp, first_block=start // block,
-                       tasks=tasks)  # fmt: skip
+        _suite.cascade(
+            model, xs, ys, eps_config, state, state_path=path, fp=fp, first_block=start // block, tasks=tasks
+        )
         if tasks is not None:
             tasks.finish()
         states.append(state)
@@ -184,5 +224,10 @@ def evaluate_shard(model, x, y, *, epsilons, rows=None, state_path=None, norm=np
 def _settings(model, x, labels, config, epsilons):
     fp = _state.fingerprint(model, x, labels, config)
     fp.pop("eps")
-    return {**fp, "epsilons": epsilons, "n_total": len(x), "batch_size": config.batch_size,
-            "backend": keras.backend.backend()}  # fmt: skip
+    return {
+        **fp,
+        "epsilons": epsilons,
+        "n_total": len(x),
+        "batch_size": config.batch_size,
+        "backend": keras.backend.backend(),
+    }

@@ -71,7 +71,7 @@ def evaluate(
             "name/objective" with an ensemble objective ("loss_sum", "logit_mean", "prob_mean",
             "vote_margin"), and callables `fn(model, x, y, eps=eps) -> x_adv` (judged here with
             `gradkit.attacks.decide`); alone or with version="custom". The string "standard" is
-            version="standard", as before versions existed.
+            version="standard".
         eot_iter: int >= 1, the forward passes averaged per gradient in the "rand" version (EOT:
             Athalye et al. 2018, each pass a new draw of the model's random layers). Defaults to 20
             (AutoAttack's).
@@ -153,8 +153,9 @@ def evaluate(
     return result
 
 
-def cascade(model, x, labels, config, state, *, state_path=None, fp=None, first_block=0, start=None,
-            tasks=None):  # fmt: skip
+def cascade(
+    model, x, labels, config, state, *, state_path=None, fp=None, first_block=0, start=None, tasks=None
+):
     """Runs every unfinished attack of `config` on `state` (in place), saving it after each attack when
     `state_path` is set; `first_block` numbers the first block of `x` (see `run_entry`); `start`: the
     `time.perf_counter()` its time counts from (default: now); `tasks`: as for `run_entry`."""
@@ -197,9 +198,14 @@ def clean(model, x, labels, config, prediction=None):
     if None: on a randomized model by the majority of `eot_iter` draws)."""
     probe = 2 * min(len(x), _PROBE) * len(as_ensemble(model).models)
     state = _state.State(
-        robust=np.zeros(len(x), bool), broken_by=[], x_adv=x.copy(), zero_gradient=np.zeros(len(x), bool),
-        clean_accuracy=0.0, randomized=_randomness(model, x, config.batch_size), n_forwards=probe,
-    )  # fmt: skip
+        robust=np.zeros(len(x), bool),
+        broken_by=[],
+        x_adv=x.copy(),
+        zero_gradient=np.zeros(len(x), bool),
+        clean_accuracy=0.0,
+        randomized=_randomness(model, x, config.batch_size),
+        n_forwards=probe,
+    )
     if prediction is None:  # on a randomized model, the majority of `eot_iter` draws (`fooled`)
         state.robust = ~fooled(model, x, labels, config, state)
     else:

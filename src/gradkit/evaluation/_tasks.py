@@ -1,22 +1,9 @@
 """The cascade's tail shared between the processes of a group: one done with its own blocks takes over the
 rest of another's.
 
-Each process owns the contiguous blocks `shard_rows` gives it and runs the cascade on them attack by
-attack, as without sharing. An attack on block j depends only on that block's state after the previous
-attack, on its seed (`seed + j`) and on the model, so the block may finish its cascade in another process
-with the same result point for point. Whole blocks split unevenly (450 points in blocks of 64: 256 and
-194 rows), and the points left to attack differ between blocks; sharing the tail evens out the work.
-Through the group's key-value store (`backend.key_value()`), per eps:
-
-- before attacking block j with the cascade's attack a > 0 its owner claims the task (an atomic `add`);
-  after any attack on it, it publishes the block's state and its count of points still robust;
-- a process done with its own blocks takes another's block whose next attack is unclaimed and whose
-  previous one is published: it claims it and the block's later attacks, runs them on the published state
-  and publishes the block's final state and records. It picks the block whose rest is largest but at most
-  half of the owner's remaining work (estimated as points left times its own seconds per point of each
-  attack), else the smallest rest;
-- an owner whose claim fails skips that block for the rest of the cascade, and at the end folds the
-  block's results into its state: points, records and costs as if it had run them.
+An attack on block j depends only on that block's state after the previous attack, on its seed
+(`seed + j`) and on the model, so the block may finish its cascade in another process with the same
+result point for point; sharing the tail evens out the work (`Tasks`).
 """
 
 import dataclasses
@@ -57,7 +44,23 @@ def _unpack(data):
 
 class Tasks:
     """One evaluation's tasks in a group of `size` processes over `n` points in blocks of `block` rows,
-    through `store` (`backend.key_value()`) under the keys starting with `prefix`."""
+    through `store` (`backend.key_value()`) under the keys starting with `prefix`.
+
+    Each process owns the contiguous blocks `shard_rows` gives it and runs the cascade on them attack
+    by attack, as without sharing. Whole blocks split unevenly (450 points in blocks of 64: 256 and 194
+    rows), and the points left to attack differ between blocks. Through the store, per eps:
+
+    - before attacking block j with the cascade's attack a > 0 its owner claims the task (an atomic
+      `add`); after any attack on it, it publishes the block's state and its count of points still
+      robust;
+    - a process done with its own blocks takes another's block whose next attack is unclaimed and whose
+      previous one is published: it claims it and the block's later attacks, runs them on the published
+      state and publishes the block's final state and records. It picks the block whose rest is largest
+      but at most half of the owner's remaining work (estimated as points left times its own seconds
+      per point of each attack), else the smallest rest;
+    - an owner whose claim fails skips that block for the rest of the cascade, and at the end folds the
+      block's results into its state: points, records and costs as if it had run them.
+    """
 
     def __init__(self, store, prefix, rank, size, n, block):
         self.store, self.prefix, self.rank, self.size = store, prefix, rank, size
@@ -158,17 +161,25 @@ class Tasks:
         arrays, meta = _unpack(self.store.get(self._key("state", a0 - 1, k)))
         rows = slice(k * self.block, min((k + 1) * self.block, self.n))
         state = _state.State(
-            arrays["robust"].copy(), list(meta["broken_by"]), arrays["x_adv"].copy(),
-            arrays["zero_gradient"].copy(), 0.0, self.state.randomized,
-        )  # fmt: skip
+            arrays["robust"].copy(),
+            list(meta["broken_by"]),
+            arrays["x_adv"].copy(),
+            arrays["zero_gradient"].copy(),
+            0.0,
+            self.state.randomized,
+        )
         entries = {e.name: e for e in self.config.entries}
         counts, config = [], dataclasses.replace(self.config, verbose=0)
         for name in self.names[a0:]:
             run_entry(self.model, self.x[rows], self.labels[rows], entries[name], config, state, k)
             counts.append(int(state.robust.sum()))
-        meta = {"broken_by": state.broken_by, "counts": counts, "per_attack": state.per_attack,
-                "costs": [state.n_forwards, state.n_gradients, state.unconfirmed],
-                "from_probabilities": state.from_probabilities}  # fmt: skip
+        meta = {
+            "broken_by": state.broken_by,
+            "counts": counts,
+            "per_attack": state.per_attack,
+            "costs": [state.n_forwards, state.n_gradients, state.unconfirmed],
+            "from_probabilities": state.from_probabilities,
+        }
         arrays = {"robust": state.robust, "x_adv": state.x_adv, "zero_gradient": state.zero_gradient}
         self.store.set(self._key("result", k), _pack(arrays, meta))
 

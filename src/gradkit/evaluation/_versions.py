@@ -1,33 +1,5 @@
-"""AutoAttack's versions, one declarative table: which attacks each runs, in which order, with which
-settings, per norm (what `set_version` of AutoAttack's `autoattack.py` sets).
-
-| version  | norm     | attacks, in cascade order (settings)                                              |
-|----------|----------|-----------------------------------------------------------------------------------|
-| standard | Linf, L2 | APGD-CE (1 restart), APGD-T (9 target classes, 1 restart), FAB-T (9 target        |
-|          |          | classes, 1 restart), Square (5000 queries)                                         |
-| standard | L1       | APGD-CE (5 restarts), APGD-T (5 target classes, 1 restart), both with eps widened |
-|          |          | at the start (`use_largereps`, Croce & Hein 2021), FAB-T (9 target classes, 1     |
-|          |          | restart), Square (5000 queries, its L1 version)                                   |
-| plus     | any      | APGD-CE (5 restarts), APGD-DLR (5 restarts), FAB (untargeted, 5 restarts), Square |
-|          |          | (5000 queries), APGD-T (9 target classes, 1 restart), FAB-T (9 target classes, 1  |
-|          |          | restart); AutoAttack warns that "plus" is meant for Linf and L2                    |
-| rand     | any      | APGD-CE and APGD-DLR, 1 restart each, the gradient averaged over `eot_iter` = 20  |
-|          |          | draws of the model's randomness per step (EOT)                                    |
-| custom   | any      | the user's `attacks=` list, each attack with gradkit's defaults                    |
-
-Every APGD and FAB runs `steps` = 100 iterations and Square `n_queries` = 5000 (`gradkit.evaluate`'s
-defaults, AutoAttack's values). An attack the model has too few classes for is skipped and named in
-the result's `skipped` with the reason (the DLR loss of APGD-DLR needs 3, targeted 4; FAB-T needs 3:
-a target other than the two top classes).
-
-References:
-    Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
-    parameter-free attacks", ICML, https://arxiv.org/abs/2003.01690 (sec. 5; AutoAttack's code,
-    https://github.com/fra31/auto-attack, `AutoAttack.set_version`)
-    Croce & Hein (2021), "Mind the box: l1-APGD for sparse adversarial attacks on image classifiers",
-    ICML, https://arxiv.org/abs/2103.01208 (the L1 version)
-    Athalye, Engstrom, Ilyas & Kwok (2018), "Synthesizing robust adversarial examples", ICML,
-    https://arxiv.org/abs/1707.07397 (EOT, the "rand" version)
+"""AutoAttack's versions, one declarative table (`TABLE`): which attacks each runs, in which order, with
+which settings, per norm (what `set_version` of AutoAttack's `autoattack.py` sets); see `runs`.
 """
 
 import dataclasses
@@ -89,7 +61,36 @@ def norm_key(norm):
 
 def runs(version, norm, eot_iter):
     """The `Run`s of `version` ("standard", "plus" or "rand") for a checked `norm`, in cascade order,
-    with `eot_iter` in place of `EOT`."""
+    with `eot_iter` in place of `EOT`:
+
+    | version  | norm     | attacks, in cascade order (settings)                                          |
+    |----------|----------|-------------------------------------------------------------------------------|
+    | standard | Linf, L2 | APGD-CE (1 restart), APGD-T (9 target classes, 1 restart), FAB-T (9 target    |
+    |          |          | classes, 1 restart), Square (5000 queries)                                    |
+    | standard | L1       | APGD-CE (5 restarts), APGD-T (5 target classes, 1 restart), both with eps     |
+    |          |          | widened at the start (`use_largereps`, Croce & Hein 2021), FAB-T (9 target    |
+    |          |          | classes, 1 restart), Square (5000 queries, its L1 version)                    |
+    | plus     | any      | APGD-CE (5 restarts), APGD-DLR (5 restarts), FAB (untargeted, 5 restarts),    |
+    |          |          | Square (5000 queries), APGD-T (9 target classes, 1 restart), FAB-T (9 target  |
+    |          |          | classes, 1 restart); AutoAttack warns that "plus" is meant for Linf and L2    |
+    | rand     | any      | APGD-CE and APGD-DLR, 1 restart each, the gradient averaged over `eot_iter` = |
+    |          |          | 20 draws of the model's randomness per step (EOT)                             |
+    | custom   | any      | the user's `attacks=` list, each attack with gradkit's defaults               |
+
+    Every APGD and FAB runs `steps` = 100 iterations and Square `n_queries` = 5000 (`gradkit.evaluate`'s
+    defaults, AutoAttack's values). An attack the model has too few classes for is skipped and named in
+    the result's `skipped` with the reason (the DLR loss of APGD-DLR needs 3, targeted 4; FAB-T needs 3:
+    a target other than the two top classes).
+
+    References:
+        Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
+        parameter-free attacks", ICML, https://arxiv.org/abs/2003.01690 (sec. 5; AutoAttack's code,
+        https://github.com/fra31/auto-attack, `AutoAttack.set_version`)
+        Croce & Hein (2021), "Mind the box: l1-APGD for sparse adversarial attacks on image classifiers",
+        ICML, https://arxiv.org/abs/2103.01208 (the L1 version)
+        Athalye, Engstrom, Ilyas & Kwok (2018), "Synthesizing robust adversarial examples", ICML,
+        https://arxiv.org/abs/1707.07397 (EOT, the "rand" version)
+    """
     return tuple(
         Run(run.attack, tuple((k, eot_iter if v == EOT else v) for k, v in run.settings))
         for run in TABLE[version][norm_key(norm)]
@@ -100,7 +101,7 @@ def check_version(version, attacks, eot_iter):
     """`(version, attacks)` resolved and checked before any work.
 
     `version` None means "custom" when `attacks` is given, else "standard"; `attacks` given as a version
-    name ("standard", as before versions existed) selects that version.
+    name ("standard") selects that version.
 
     Raises:
         ValueError: an unknown `version`; `attacks` together with a version other than "custom";
@@ -122,7 +123,9 @@ def check_version(version, attacks, eot_iter):
         return version or "standard", None
     if version not in (None, "custom"):
         _checks.fail(
-            "attacks", f'None with version={version!r} (its attacks are fixed: pass version="custom" to '
-            "run your own list)", attacks,
-        )  # fmt: skip
+            "attacks",
+            f'None with version={version!r} (its attacks are fixed: pass version="custom" to '
+            "run your own list)",
+            attacks,
+        )
     return "custom", attacks

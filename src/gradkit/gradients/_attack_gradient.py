@@ -1,11 +1,5 @@
-"""One compiled call per attack step: the per-sample objective, its input gradient and every member's logits.
-
-`AttackGradient` is what iterative attacks call at each step. Besides the gradient it returns the value
-of the objective per sample (APGD's step-size rule needs it) and the logits of each member, from which the
-real decision rule (argmax, or an ensemble's weighted hard vote) is read at every iterate without a second
-forward pass. The ensemble weights are arguments of the compiled function, so ensembles of the same
-members with other weights reuse it.
-"""
+"""One compiled call per attack step: the per-sample objective, its input gradient and every member's logits
+(`AttackGradient`), from which attacks read the real decision rule at every iterate."""
 
 import keras
 import numpy as np
@@ -22,7 +16,8 @@ from gradkit.gradients._outputs import output_index, output_key, select_output
 
 
 class AttackGradient:
-    """Per-sample objective, its gradient w.r.t. x and the members' logits, compiled once.
+    """Per-sample objective, its gradient w.r.t. x and the members' logits, compiled once for the members (the
+    ensemble weights are arguments of the compiled function: ensembles of the same members reuse it).
 
     Args:
         model: a Keras classifier, a `WeightedEnsemble` or a fitted boosting estimator.
@@ -43,8 +38,19 @@ class AttackGradient:
         `(K, n, C)` member logits, and the float32 gradient of sum(values) shaped like `x`.
     """
 
-    def __init__(self, model, *, loss="ce", combination="loss_sum", targeted=False, output=None,
-                 batch_size=None, temperature=1.0, eot_iter=1, surrogate=None):  # fmt: skip
+    def __init__(
+        self,
+        model,
+        *,
+        loss="ce",
+        combination="loss_sum",
+        targeted=False,
+        output=None,
+        batch_size=None,
+        temperature=1.0,
+        eot_iter=1,
+        surrogate=None,
+    ):
         self.ensemble = as_ensemble(model)
         self.loss = _checks.check_choice(loss, "loss", _objectives.LOSSES)
         self.combination = _checks.check_choice(combination, "objective", _objectives.COMBINATIONS)
@@ -63,14 +69,14 @@ class AttackGradient:
             self._forward.append(member_forward(member, index))
             self._keys.append(output_key(self._forward[-1][0], index))
         self.from_probabilities = [not is_logits for _, is_logits in self._forward]
-        self._surrogate_is_logits = surrogate is not None and _surrogate.surrogate_is_logits(
-            surrogate, first, self.output_index
-        )
+        sur_logits = _surrogate.surrogate_is_logits
+        self._surrogate_is_logits = surrogate is not None and sur_logits(surrogate, first, self.output_index)
         self._kwargs = training_kwargs(first, False)
-        key = dict(loss=self.loss, combination=self.combination, targeted=self.targeted,
-                   output=self.output_index, temperature=self.temperature,
-                   batch_size=self.batch_size, devices=backend.batch_multiple(), eot_iter=self.eot_iter,
-                   surrogate=None if surrogate is None else id(surrogate))  # fmt: skip
+        self._combine = {n: getattr(self, n) for n in ("loss", "combination", "targeted", "temperature")}
+        key = dict(
+            self._combine, batch_size=self.batch_size, eot_iter=self.eot_iter, output=self.output_index
+        )
+        key.update(devices=backend.batch_multiple(), surrogate=None if surrogate is None else id(surrogate))
         models = self.ensemble.models
         # the variable lists read once (walking the layers costs more than a forward pass on PyTorch)
         self._variable_lists = [(m.trainable_variables, m.non_trainable_variables) for m in models]
@@ -94,17 +100,13 @@ class AttackGradient:
         return self._logits(trainables, non_trainables, x)[0]
 
     def _objective(self, trainables, non_trainables, x, y, weights):
-        """The weighted sum of the per-sample objective and `(values, logits)`; with `eot_iter` > 1 the
-        mean over that many forward passes, each a new draw of the model's randomness (the seed states
-        threaded from pass to pass), and the logits of the last pass (as AutoAttack's EOT)."""
+        """The weighted sum of the per-sample objective and `(values, logits)`; with `eot_iter` > 1 the mean
+        over that many passes (`_randomness.expectation`) and the last pass's logits (AutoAttack's EOT)."""
         labels, targets = y
 
         def draw(non_trainables):
             logits, after = self._logits(trainables, non_trainables, x)
-            values = _objectives.combine(
-                logits, weights["alpha"], labels, targets, loss=self.loss, combination=self.combination,
-                targeted=self.targeted, temperature=self.temperature,
-            )  # fmt: skip
+            values = _objectives.combine(logits, weights["alpha"], labels, targets, **self._combine)
             return values, keras.ops.stack(logits), after
 
         values, logits, after = draw(non_trainables)
@@ -128,8 +130,7 @@ class AttackGradient:
 
     @property
     def trace_count(self):
-        """How many times the objective was traced (TF, JAX) or distinct input signatures seen (torch),
-        with and without the gradient together."""
+        """Traces (TF, JAX) or input signatures seen (torch) of the objective, with or without gradient."""
         steps = getattr(self._fn, "steps", {}).values()
         return self._fn.trace_count + self._forward_fn.trace_count + sum(s.trace_count for s in steps)
 
@@ -168,8 +169,7 @@ class AttackGradient:
 
     def fixed(self, labels, targets=None, alphas=None):
         """What a call on these rows fixes besides `x`: `((trainables, non_trainables), parts)`, one part
-        `(start, stop, pad, y, weights)` per batch, padded to `padded_size` rows (a bounded number of
-        traces for any sequence of row counts)."""
+        `(start, stop, pad, y, weights)` per batch, padded to `padded_size` rows."""
         n, untargeted = len(labels), targets is None
         alpha = backend.to_tensor(np.asarray(self.ensemble.weights if alphas is None else alphas, "float32"))
         parts = []
@@ -193,9 +193,8 @@ class AttackGradient:
         values, logits, grads = [], [], []
         for start, stop, pad, y, weights in parts:
             with backend.out_of_memory_hint(pad or stop - start, "a gradient call"):
-                (_, (v, z)), g = self._fn(
-                    trainables, non_trainables, self.batch_rows(x, start, stop, pad), y, weights
-                )
+                xb = self.batch_rows(x, start, stop, pad)
+                (_, (v, z)), g = self._fn(trainables, non_trainables, xb, y, weights)
             rows = stop - start
             values.append(backend.to_numpy(v)[:rows])
             logits.append(backend.to_numpy(z)[:, :rows])
@@ -213,8 +212,10 @@ class AttackGradient:
         values are converted once, when binding (the Square Attack queries the same rows thousands of
         times; the model must not change while a bound forward is used)."""
         (trainables, non_trainables), parts = self.fixed(labels, targets, alphas)
-        calls = [(start, stop, pad, self._forward_fn.bind(trainables, non_trainables, y, weights))
-                 for start, stop, pad, y, weights in parts]  # fmt: skip
+        calls = [
+            (start, stop, pad, self._forward_fn.bind(trainables, non_trainables, y, weights))
+            for start, stop, pad, y, weights in parts
+        ]
 
         def bound(x):
             values, logits = [], []
@@ -230,9 +231,8 @@ class AttackGradient:
         return bound
 
     def decide_tensor(self, logits, alphas):
-        """`decide` on backend tensors, inside a compiled step: member logits `(K, n, C)` and the
-        weights `alphas` `(K,)` give the decision `(n,)` int32 (argmax; the weighted hard vote, ties to
-        the lower class id)."""
+        """`decide` inside a compiled step: the decision `(n,)` int32 of member logits `(K, n, C)` and the
+        weights `alphas` `(K,)`, backend tensors (argmax; the weighted hard vote, ties to the lower id)."""
         ids = keras.ops.argmax(logits, axis=-1)
         if logits.shape[0] == 1:
             return keras.ops.cast(ids[0], "int32")

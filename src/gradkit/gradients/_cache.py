@@ -1,14 +1,8 @@
 """Compiled functions cached where they belong: on a Keras model or a `WeightedEnsemble` (`cached`), and
 the backend functions themselves on the first member of an ensemble (`compiled`), so that ensembles of
-the same members share one compiled function whatever their weights (passed as arguments).
-
-An entry is rebuilt when what it was built from changes under it:
-
-- `model.compile()` again (a new loss, loss weights or optimizer): the entry remembers each member's
-  `CompileLoss` and optimizer objects and is rebuilt when either is another object;
-- layers frozen or unfrozen (`compiled` only): a compiled function maps its variable arguments to the
-  model's variables by position (`stateless_call`), so its key holds which variables were trainable
-  (`variable_split`).
+the same members share one compiled function whatever their weights (passed as arguments). An entry is
+rebuilt when what it was built from changes under it: a member compiled again, or (`compiled`) layers
+frozen or unfrozen.
 """
 
 import keras
@@ -40,7 +34,8 @@ def _current(entry, state):
 def cached(owner, kind, factory, **options):
     """`factory()`, built once per `(kind, options)` and kept on `owner` (a Keras model or a
     `WeightedEnsemble`) in its `__dict__`: the cache lives and dies with its owner, never tracked. Built
-    again after a member is compiled again."""
+    again after a member is compiled again (a new loss, loss weights or optimizer): the entry remembers
+    each member's `CompileLoss` and optimizer objects and is rebuilt when either is another object."""
     if not isinstance(owner, (keras.Model, WeightedEnsemble)):
         return factory()
     key = (kind, tuple(sorted((k, repr(v)) for k, v in options.items())))
@@ -60,7 +55,9 @@ def cached_values(owner, kind=None):
 
 def compiled(models, kind, build, **options):
     """`build()` (a compiled backend function), built once per `(members, kind, options)` and trainable
-    split of the members' variables (`variable_split`), and again after a member is compiled again.
+    split of the members' variables (`variable_split`: a compiled function maps its variable arguments
+    to the model's variables by position, `stateless_call`, so freezing or unfreezing a layer needs
+    another), and again after a member is compiled again (as in `cached`).
 
     Kept in the first member's `__dict__`, keyed by the identity of every member: a new
     `WeightedEnsemble` of the same models, with any weights, reuses it (the entry holds the members, so

@@ -1,13 +1,9 @@
 """The one decision rule: which class a classifier's output predicts.
 
 Every place in gradkit that turns outputs into class ids (attack success, `evaluate`, the study, boosting's
-votes, the catastrophic-overfitting check) reads an output through this module:
-
-- `(n, C)` with C >= 2: the argmax (ties to the lower class id), logits or probabilities alike;
-- one unit `(n, 1)` (binary classifier): class 1 when the sigmoid probability is > 0.5, that is when the
-  logit is > 0. Whether a unit holds a logit or a probability is read from the compiled loss
-  (`from_logits`), else from the output layer (a final sigmoid/softmax: probabilities; a Keras layer with
-  no such activation: logits). An argmax over one column would predict class 0 for every row.
+votes, the catastrophic-overfitting check) reads an output through this module: the argmax of `(n, C)`
+scores, or for one unit class 1 where the logit is > 0 or the probability > 0.5 (`classes_from_outputs`);
+whether an output holds logits or probabilities is read from the model (`outputs_are_logits`).
 """
 
 import numpy as np
@@ -55,8 +51,10 @@ def readable(model, index=0):
 
 
 def classes_from_outputs(out, from_logits):
-    """Class ids `(n,)` int64 from one output `(n, C)` (or `(n,)`): argmax for C >= 2; for one unit, class
-    1 where the logit is > 0 (`from_logits`) or the probability is > 0.5."""
+    """Class ids `(n,)` int64 from one output `(n, C)` (or `(n,)`): argmax for C >= 2 (ties to the lower
+    class id), logits or probabilities alike; for one unit (a binary classifier), class 1 where the logit
+    is > 0 (`from_logits`) or the sigmoid probability is > 0.5, the same rule (an argmax over one column
+    would predict class 0 for every row)."""
     out = np.asarray(out, dtype=np.float64)
     out = out.reshape(len(out), -1)
     if out.shape[1] == 1:

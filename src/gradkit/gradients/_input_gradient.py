@@ -118,10 +118,13 @@ class InputGradient:
         if self.training and backend.NAME == "torch":
             _warn_unseeded(self.ensemble.models)
         self._options = dict(
-            loss=loss, training=self.training, output=self.output_index, stacked=self._stacked,
+            loss=loss,
+            training=self.training,
+            output=self.output_index,
+            stacked=self._stacked,
             batch_size=self.batch_size,  # its own shapes: trace_count counts this configuration's traces
             devices=backend.batch_multiple(),  # a data-parallel layout is another configuration
-        )  # fmt: skip
+        )
         self._split = variable_split(self.ensemble.models)
         self._fn = compiled(self.ensemble.models, "input", self._compile, **self._options)
 

@@ -1,15 +1,9 @@
 """Logits recovered from models whose output applies a softmax or sigmoid, wherever the graph shows it.
 
 A saturated float32 softmax gives exactly zero cross-entropy gradients on JAX and PyTorch (TensorFlow's
-Keras recovers the logits itself), so gradkit differentiates the cross-entropy of the logits. The final
-softmax (sigmoid) is found however it is written: a layer's `activation` (`Dense(3, activation="softmax")`),
-`Activation("softmax")`, `Activation(keras.activations.softmax)`, `keras.layers.Softmax()`, a `Lambda`
-wrapping `keras.activations.softmax` or `keras.ops.softmax`, `keras.ops.softmax` applied to a Functional
-model's tensor, each also inside a nested Sequential or Functional model. The model is rebuilt with that
-operation removed (every other layer shared, so the variables keep their order) and the original's values
-drive the rebuilt model through `stateless_call`. Where it cannot be found (a `Lambda` of other code, a
-custom layer, a subclassed model), `warn_probabilities` says that the gradient goes through the
-probabilities.
+Keras recovers the logits itself), so gradkit differentiates the cross-entropy of the logits: the model
+is rebuilt without its final softmax (sigmoid) (`logits_model`). Where that operation cannot be found,
+`warn_probabilities` says that the gradient goes through the probabilities.
 """
 
 import warnings
@@ -83,9 +77,15 @@ class _PassThrough(keras.layers.Layer):
 def logits_model(model, index=0):
     """A rebuilt `model` whose output `index` stops before its final softmax (or sigmoid).
 
-    Every other layer is shared with `model`, so `rebuilt.stateless_call(values of model)` gives the
-    logits of `model`. Returns `(rebuilt, True)`, or `(model, False)` when the output is not a
-    softmax/sigmoid or the model cannot be rebuilt (subclassed models, layers Keras cannot re-run).
+    The final softmax (sigmoid) is found however it is written: a layer's `activation`
+    (`Dense(3, activation="softmax")`), `Activation("softmax")`, `Activation(keras.activations.softmax)`,
+    `keras.layers.Softmax()`, a `Lambda` wrapping `keras.activations.softmax` or `keras.ops.softmax`,
+    `keras.ops.softmax` applied to a Functional model's tensor, each also inside a nested Sequential or
+    Functional model; not in a `Lambda` of other code, a custom layer or a subclassed model. Every other
+    layer is shared with `model` (so the variables keep their order), and
+    `rebuilt.stateless_call(values of model)` gives the logits of `model`. Returns `(rebuilt, True)`, or
+    `(model, False)` when the output is not a softmax/sigmoid or the model cannot be rebuilt
+    (subclassed models, layers Keras cannot re-run).
     """
     target = output_layer(model, index)
     if target is None or activation_name(target) not in ("softmax", "sigmoid"):

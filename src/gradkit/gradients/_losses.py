@@ -1,21 +1,10 @@
 """Which loss gradkit differentiates, and how it reads labels.
 
-Two uses, two rules:
-
-- Weight gradients (`weight_gradients`, `gradient_norm`) use the loss exactly as `fit` does: the Keras
-  loss function on the model's outputs, reduced the Keras way (sum of sample-weighted per-sample losses
-  divided by the batch size, or by the sum of the weights for `reduction="mean_with_sample_weight"`),
-  plus the model's regularization losses.
-- Input gradients (`InputGradient`, the attacks) use the per-sample loss summed over the batch, so a
-  sample's gradient does not depend on the batch it came in. For cross-entropy on a model that ends in
-  a softmax, the loss is computed from the logits before the softmax: a saturated float32 softmax
-  otherwise gives exactly zero gradients on JAX and PyTorch (TensorFlow recovers the logits itself).
-
-A loss is recognised by what `keras.losses.get` resolves it to, never by its spelling:
-`"CategoricalCrossentropy"`, `"categorical_crossentropy"`, the class, an instance and the function are the
-same loss. Under a float16 policy the loss is multiplied by the loss scale before differentiating and the
-gradient divided by it, as `fit`'s `LossScaleOptimizer` does, so small gradients do not underflow in
-float16 (`loss_scale`).
+Weight gradients (`weight_gradients`, `gradient_norm`) use the loss exactly as `fit` does (`keras_reduced`,
+plus the model's regularization losses); input gradients (`InputGradient`, the attacks) use the
+per-sample loss summed over the batch (`attack_per_sample`). A loss is recognised by what
+`keras.losses.get` resolves it to, never by its spelling (`resolve_loss`); under a float16 policy it is
+scaled as `fit`'s `LossScaleOptimizer` scales it (`loss_scale`).
 
 References:
     Micikevicius et al. (2018), "Mixed precision training", ICLR, https://arxiv.org/abs/1710.03740
@@ -69,7 +58,8 @@ def resolve_loss(loss, model=None, output=None):
     The kind is read from what `keras.losses.get` resolves `loss` to: every string Keras accepts
     (`"categorical_crossentropy"`, `"CategoricalCrossentropy"`, `"bce"`), a `keras.losses.Loss` class or
     instance, the Keras loss functions (also as `functools.partial(..., from_logits=True)`) and the
-    `keras.ops` cross-entropies. Any other callable is a loss of kind "other".
+    `keras.ops` cross-entropies: `"CategoricalCrossentropy"`, `"categorical_crossentropy"`, the class, an
+    instance and the function are the same loss. Any other callable is a loss of kind "other".
 
     Args:
         loss: None, a loss identifier Keras accepts, a `keras.losses.Loss` (class or instance, with a
@@ -96,8 +86,14 @@ def resolve_loss(loss, model=None, output=None):
         inner = getattr(loss, "fn", None)
         config = loss.get_config()
         reduction = "sum_over_batch_size" if loss.reduction in _UNREDUCED else loss.reduction
-        return LossSpec(loss.call, _kind(inner), bool(config.get("from_logits", False)), _name(inner or loss),
-                        reduction, **_options(config))  # fmt: skip
+        return LossSpec(
+            loss.call,
+            _kind(inner),
+            bool(config.get("from_logits", False)),
+            _name(inner or loss),
+            reduction,
+            **_options(config),
+        )
     if callable(loss):
         inner, keywords = (loss.func, loss.keywords) if isinstance(loss, functools.partial) else (loss, {})
         kind, from_logits = _kind(inner), bool(keywords.get("from_logits", False))
@@ -132,8 +128,10 @@ def _compiled_loss(model, output):
 def _options(config):
     """The label options of a Keras cross-entropy: `label_smoothing` (a float) and `ignore_class`."""
     ignore = config.get("ignore_class")
-    return {"label_smoothing": float(config.get("label_smoothing") or 0.0),
-            "ignore_class": None if ignore is None else int(ignore)}  # fmt: skip
+    return {
+        "label_smoothing": float(config.get("label_smoothing") or 0.0),
+        "ignore_class": None if ignore is None else int(ignore),
+    }
 
 
 def _is_config(loss):
@@ -178,7 +176,8 @@ def keras_reduced(spec, y, y_pred, sample_weight):
 def attack_per_sample(spec, ids_or_y, out, out_is_logits):
     """Per-sample loss of shape (batch,) for input gradients: cross-entropy from logits if known, with
     the loss's `label_smoothing` and `ignore_class` applied as Keras applies them (an ignored row's loss
-    is 0)."""
+    is 0). Summed over the batch by the callers, so a sample's gradient does not depend on its batch;
+    for a model ending in a softmax `out` are the logits before it (`gradients._logits`)."""
     out = keras.ops.cast(out, "float32")
     smoothing = spec.label_smoothing
     if spec.kind in ("sparse", "categorical") and smoothing:
@@ -218,6 +217,8 @@ def loss_scale(models):
     A model compiled with a `LossScaleOptimizer` (Keras wraps the optimizer in one under the
     "mixed_float16" policy) gives its current scale (`optimizer.scale_loss(1)`); any other model that
     computes in float16 gives `DEFAULT_LOSS_SCALE` (2**15, the optimizer's initial scale); others 1.0.
+    The loss is multiplied by it before differentiating and the gradient divided by it (`unscaled`), so
+    small gradients do not underflow in float16.
     """
     scales = [1.0]
     for model in models:

@@ -64,6 +64,9 @@ def check_surrogate(surrogate, model, x, output=None):
     except Exception as error:  # noqa: BLE001 - the user's callable: its error, named
         _checks.fail("surrogate", f"callable on a tensor of shape {rows.shape}", f"a call raising {error!r}")
     if tuple(got) != tuple(expected):
-        _checks.fail("surrogate", f"a model or callable whose output has the model's shape {tuple(expected)}",
-                     f"<output of shape {tuple(got)}>")  # fmt: skip
+        _checks.fail(
+            "surrogate",
+            f"a model or callable whose output has the model's shape {tuple(expected)}",
+            f"<output of shape {tuple(got)}>",
+        )
     return surrogate

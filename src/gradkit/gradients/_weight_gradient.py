@@ -42,8 +42,9 @@ class WeightGradient:
         self.include_regularization = _checks.check_flag(include_regularization, "include_regularization")
         self.heads = _heads(model, loss, output)
         self._kwargs = training_kwargs(model, _checks.check_flag(training, "training"))
-        self._options = dict(loss=loss, training=training, include_regularization=include_regularization,
-                             output=output)  # fmt: skip
+        self._options = dict(
+            loss=loss, training=training, include_regularization=include_regularization, output=output
+        )
         self._split = variable_split([model])
         self._fn = compiled([model], "weights", self._compile, **self._options)
 

@@ -1,31 +1,12 @@
 """Recorded steps chosen on the host: the steps that record nothing run the class's own training step.
 
-With `every_n_steps > 1` (or gradient accumulation) most steps record nothing. A traced conditional
-inside one compiled step still costs those steps something: on JAX the weights before the update are
-copied every step because they feed the conditional (the step updates its donated buffers in place), on
-TensorFlow they are read (copy on write) and the optimizer's counter with them. So where the host
-knows the index of every step, `fit` gets two training functions, both built by Keras' own
-`make_train_function`: one from the class's `train_step` (`backend.plain_train_step`), run on the
-steps that record nothing, and one from the tracked step, run on the recorded ones (which then records
-without a conditional). `ChosenTrainFunction` picks one per call. On TensorFlow and JAX the plain
-step's graph is the untracked model's: the metric reports nothing there, and the host adds the last
-recorded step's values to its logs (`GradientNormMetric.keep` and `complete`).
-
-The host knows the index of every step in one of two ways (`how_to_count`):
-
-- "count": each call of the training function runs one step that advances the optimizer's counter by
-  one (`steps_per_execution=1`, and no optimizer wrapper: a `LossScaleOptimizer` leaves the counter
-  alone on the steps it skips for overflow). The counter is read from the optimizer each time
-  `make_train_function` is called (at the start of each `fit` and each `train_on_batch`), then counted
-  on the host: no read per step (a read would wait for JAX's queued steps).
-- "read": elsewhere on TensorFlow and PyTorch, whose calls return when their steps are done, the
-  counter is read before each call (tens of microseconds). With `steps_per_execution=k` (TensorFlow)
-  a call runs the tracked function, with its traced conditional, where any of its k steps may be
-  recorded, and the plain one elsewhere.
-
-On JAX otherwise (a `LossScaleOptimizer`, or `steps_per_execution` > 1) the tracked step runs every
-step, with the traced conditional (`_tracking`). The step records where `_step_state.sampled` holds,
-as the traced conditional would decide.
+With `every_n_steps > 1` (or gradient accumulation) most steps record nothing, and a traced conditional
+inside one compiled step still costs them something (on JAX the weights before the update are copied
+every step because they feed the conditional; on TensorFlow they are read, the optimizer's counter with
+them). So where the host knows the index of every step (`how_to_count`), `fit` gets two training
+functions, both built by Keras' own `make_train_function`: one from the class's `train_step`
+(`backend.plain_train_step`) for the steps that record nothing, one from the tracked step for the
+recorded ones (which then records without a conditional); `ChosenTrainFunction` picks one per call.
 """
 
 import keras
@@ -35,9 +16,26 @@ from gradkit.monitor._step_state import inner_optimizer, sampled
 
 
 def how_to_count(model, every_n_steps):
-    """How the host knows the optimizer step of each call of `model`'s training function: "count",
-    "read" (see the module docstring), or None (it does not, or no step needs it: `every_n_steps=1`
-    without gradient accumulation records every step)."""
+    """How the host knows the optimizer step of each call of `model`'s training function.
+
+    - "count": each call runs one step that advances the optimizer's counter by one
+      (`steps_per_execution=1`, and no optimizer wrapper: a `LossScaleOptimizer` leaves the counter
+      alone on the steps it skips for overflow). The counter is read each time `make_train_function`
+      is called (at the start of each `fit` and `train_on_batch`), then counted on the host: no read
+      per step (a read would wait for JAX's queued steps).
+    - "read": elsewhere on TensorFlow and PyTorch, whose calls return when their steps are done: the
+      counter is read before each call. With `steps_per_execution=k` (TensorFlow) a call runs the
+      tracked function, with its traced conditional, where any of its k steps may be recorded, and the
+      plain one elsewhere.
+    - None: no step needs it (`every_n_steps=1` without gradient accumulation records every step), or
+      the host cannot know (JAX with a `LossScaleOptimizer` or `steps_per_execution` > 1: the tracked
+      step runs every step, with the traced conditional of `_tracking`, recording where
+      `_step_state.sampled` holds).
+
+    On TensorFlow and JAX the plain step's graph is the untracked model's: the metric reports nothing
+    there, and the host adds the last recorded step's values to its logs (`GradientNormMetric.keep`
+    and `complete`).
+    """
     optimizer = model.optimizer
     if every_n_steps == 1 and not getattr(inner_optimizer(optimizer), "gradient_accumulation_steps", None):
         return None

@@ -1,12 +1,10 @@
-"""Gradient-norm diagnostics: the L2 norm of the training-loss gradient w.r.t. the trainable weights.
+"""The L2 norm of the training-loss gradient w.r.t. the trainable weights, global and per top-level layer.
 
-The same definition serves the one-shot function (`gradient_norm`) and the value logged during `fit`
-(`GradientNormCallback`, `track_gradient_norm`):
-
-- global norm: sqrt of the sum of squares of every entry of every trainable weight's gradient;
-- per-layer norm `"grad_norm/<layer name>"`: the same over the trainable weights of one top-level layer
-  of the model (`model.layers`; a nested model counts as one layer). Layers without trainable weights
-  get no entry; trainable weights that belong to no top-level layer count in the global norm only.
+One definition serves `gradient_norm` (one batch) and the values logged during `fit`: the global norm
+is the square root of the sum of squares of every entry of every trainable weight's gradient; the
+per-layer norm `"grad_norm/<layer name>"` is the same over the trainable weights of one top-level layer
+(`model.layers`; a nested model counts as one layer). Layers without trainable weights get no entry;
+trainable weights that belong to no top-level layer count in the global norm only.
 
 References:
     Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent neural networks", ICML,

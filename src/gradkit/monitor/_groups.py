@@ -1,23 +1,6 @@
-"""The groups of training diagnostics: which log keys each group adds and what each key needs per weight.
-
-A group is a name the user passes in `include=`; each of its keys is logged globally and, with
-`per_layer=True`, as `"<key>/<layer name>"` (TensorBoard then shows one panel per key). A key is
-computed in the step from per-weight statistics (the `COLUMNS` of `gradkit.backend.weight_stats`):
-
-| group     | keys                                              | per-weight statistics              |
-|-----------|---------------------------------------------------|------------------------------------|
-| "norm"    | grad_norm                                         | sq                                 |
-| "clipped" | grad_norm_clipped, clip_fraction                  | sq (+ clip_sq, max with clipvalue) |
-| "params"  | param_norm                                        | param_sq                           |
-| "updates" | update_norm, update_ratio                         | update_sq, param_sq                |
-| "health"  | grad_max, grad_nonfinite, grad_zero_fraction      | sq, max, nonfinite, zeros          |
-| "noise_scale" | noise_scale                                   | full_sq, half_sq, other_sq         |
-
-"noise_scale" also needs the gradient of the first half of the step's batch (`needs_halves`): on JAX
-and PyTorch, where exact, from the step's own backward pass taken as its two halves'
-(`gradkit.backend._jax_split`, `_torch_split`); elsewhere one more forward and backward pass over half
-the rows, on recorded steps only (`_noise_scale.py`).
-"""
+"""The groups of training diagnostics (`include=`): the log keys of each group (`GROUPS`) and the
+per-weight statistics they are computed from (`_NEEDS`, among the `COLUMNS` of
+`gradkit.backend.weight_stats`)."""
 
 from gradkit import _checks
 
@@ -47,8 +30,8 @@ _NEEDS = {
     "clipped": {"sq"},
     "params": {"param_sq"},
     "updates": {"update_sq", "param_sq"},
-    "health": {"sq", "max", "nonfinite", "zeros"},  # "sq": the count of non-finite entries runs only
-    # where the squared norm is not finite
+    # "sq": the count of non-finite entries runs only where the squared norm is not finite
+    "health": {"sq", "max", "nonfinite", "zeros"},
     "noise_scale": {"full_sq", "half_sq", "other_sq"},
 }
 
@@ -101,7 +84,10 @@ def needs_weights(groups):
 
 
 def needs_halves(groups):
-    """Whether the gradient of the first half of the step's batch is taken ("noise_scale")."""
+    """Whether the gradient of the first half of the step's batch is taken ("noise_scale"): on JAX and
+    PyTorch, where exact, from the step's own backward pass taken as its two halves'
+    (`gradkit.backend._jax_split`, `_torch_split`); elsewhere one more forward and backward pass over
+    half the rows, on recorded steps only (`_noise_scale`)."""
     return "noise_scale" in groups
 
 

@@ -1,14 +1,9 @@
 """Per-layer histograms of one training step's own gradients, for TensorBoard (`histogram_freq=`).
 
 Inside the step, on the first recorded step at or after the optimizer iteration held in the metric's
-`hist_from` (the callback sets it to the first step of each `histogram_freq`-th epoch; +inf: none),
-each top-level trainable layer's gradient entries (all its weights together, loss scale divided out;
-under gradient accumulation those of the applied update) are reduced to `[min, max, BINS counts]`
-(`keras.ops.histogram`: equal-width bins from min to max, as `tf.summary.histogram` makes them). The
-metric keeps that table; nothing else leaves the step, and other steps compute nothing (a traced
-conditional). `GradientNormCallback` writes it at the epoch's end with `backend.write_histograms`,
-through TensorFlow's summary writer in `<log_dir>/train`, where `keras.callbacks.TensorBoard(log_dir)`
-writes its scalars and weight histograms (one more event file there; TensorBoard reads them all).
+`hist_from` (the callback sets it to the first step of each `histogram_freq`-th epoch; +inf: none), each
+top-level trainable layer's gradient entries are reduced to a small table (`table`), which the metric
+keeps; `GradientNormCallback` writes it at the epoch's end (`write`).
 """
 
 import keras
@@ -33,7 +28,13 @@ def size(n_layers):
 
 
 def table(grads, rows, shapes):
-    """The float32 vector `[min, max, counts...]` per layer, then 1.0 (the `due` flag)."""
+    """The float32 vector `[min, max, counts...]` per layer, then 1.0 (the `due` flag).
+
+    A layer's entries are those of all its weights' gradients together (loss scale divided out; under
+    gradient accumulation those of the applied update), in `BINS` equal-width bins from min to max
+    (`keras.ops.histogram`, as `tf.summary.histogram` makes them). Nothing else leaves the step, and
+    other steps compute nothing (a traced conditional).
+    """
     ops = keras.ops
     out = []
     for row in rows:
@@ -63,7 +64,12 @@ def check_histogram_freq(histogram_freq):
 
 
 def write(log_dir, names, values, step):
-    """Writes the table `values` (numpy, from the metric) as one histogram per layer at `step`."""
+    """Writes the table `values` (numpy, from the metric) as one histogram per layer at `step`.
+
+    Through `backend.write_histograms` (TensorFlow's summary writer) in `<log_dir>/train`, where
+    `keras.callbacks.TensorBoard(log_dir)` writes its scalars and weight histograms (one more event file
+    there; TensorBoard reads them all).
+    """
     values = np.asarray(values, np.float64)
     items = []
     for i, name in enumerate(names):

@@ -1,31 +1,8 @@
 """The gradient noise scale B_simple = tr(Sigma) / |G|^2 of "noise_scale", from the halves of each batch.
 
-McCandlish, Kaplan, Amodei et al. (2018), Appendix A.1: with G_B the gradient of a batch of B rows,
-E|G_B|^2 = |G|^2 + tr(Sigma) / B, where G is the true gradient and Sigma the per-row covariance of
-the gradients. Two batch sizes B_small < B_big give unbiased estimates of both terms:
-
-    |G|^2 ~= (B_big |G_big|^2 - B_small |G_small|^2) / (B_big - B_small)
-    S      ~= (|G_small|^2 - |G_big|^2) / (1 / B_small - 1 / B_big)          (S estimates tr(Sigma))
-
-In a training step, B_big = b, the step's batch, and G_big its gradient (the one the optimizer
-received, loss scale divided out); B_small = b1 = b // 2 and G_small = g1, the gradient of the
-batch's first b1 rows, and also B_small = b - b1 with g2 = (b G_big - b1 g1) / (b - b1), the gradient
-of the other rows. Where it is exact (JAX and PyTorch, `gradkit.backend._jax_split`), the step's own
-backward pass gives g1 and g2 (the step's gradient is their weighted sum); elsewhere g1 takes one more
-forward and backward pass over the first b1 rows. A step's estimates
-are the means of the two pairs'. Each of |G|^2 and S is smoothed by an exponential moving average
-over the recorded steps, m_t = beta m_(t-1) + (1 - beta) x_t from m_0 = 0, bias-corrected
-m_t / (1 - beta^t) (Kingma & Ba 2015, Adam, Algorithm 1), and `noise_scale` = S_hat / |G|^2_hat after
-the last recorded step (the logs hold that value, not an epoch mean). beta = `BETA` (0.99: about the
-last 100 recorded steps). Per layer, the same with that layer's weights.
-
-The single-step estimates are noisy (the |G|^2 one may be negative); the ratio of the smoothed ones
-is the estimator of the paper. A step whose estimates are not finite (a batch of one row, a
-non-finite gradient) leaves the averages unchanged. The estimates are exact in expectation where the
-loss is a sum over rows divided by the batch size (Keras' convention, sample weights included) plus
-terms independent of the rows (regularization); layers that mix rows (BatchNorm in training mode) or
-draw new random masks (Dropout) make them approximate. Under gradient accumulation, B_big is the
-micro-batch of the step that applies the update.
+`estimates` gives a step's estimates of |G|^2 and tr(Sigma) (McCandlish et al. 2018, Appendix A.1),
+`smoothed` and `smoothed_host` their moving averages, whose ratio after the last recorded step is the
+logged `noise_scale`.
 
 References:
     McCandlish, Kaplan, Amodei & OpenAI Dota Team (2018), "An Empirical Model of Large-Batch
@@ -42,6 +19,27 @@ BETA = 0.99
 
 def estimates(ops, sums, b1, b, scale):
     """Per row, the step's estimates `(|G|^2, S)`, means over the pairs (b1, b) and (b - b1, b).
+
+    With G_B the gradient of a batch of B rows, E|G_B|^2 = |G|^2 + tr(Sigma) / B, where G is the true
+    gradient and Sigma the per-row covariance of the gradients. Two batch sizes B_small < B_big give
+    unbiased estimates of both terms:
+
+        |G|^2 ~= (B_big |G_big|^2 - B_small |G_small|^2) / (B_big - B_small)
+        S      ~= (|G_small|^2 - |G_big|^2) / (1 / B_small - 1 / B_big)      (S estimates tr(Sigma))
+
+    In a training step, B_big = b, the step's batch, and G_big its gradient (the one the optimizer
+    received, loss scale divided out); B_small = b1 = b // 2 and G_small = g1, the gradient of the
+    batch's first b1 rows, and also B_small = b - b1 with g2 = (b G_big - b1 g1) / (b - b1), the
+    gradient of the other rows. Where it is exact (JAX and PyTorch, `gradkit.backend._jax_split`), the
+    step's own backward pass gives g1 and g2 (the step's gradient is their weighted sum); elsewhere g1
+    takes one more forward and backward pass over the first b1 rows. Per layer, the same with that
+    layer's weights.
+
+    The single-step estimates are noisy (the |G|^2 one may be negative). They are exact in expectation
+    where the loss is a sum over rows divided by the batch size (Keras' convention, sample weights
+    included) plus terms independent of the rows (regularization); layers that mix rows (BatchNorm in
+    training mode) or draw new random masks (Dropout) make them approximate. Under gradient
+    accumulation, B_big is the micro-batch of the step that applies the update.
 
     Args:
         ops: `keras.ops` (tensors) or `numpy` (host floats).
@@ -66,7 +64,15 @@ def estimates(ops, sums, b1, b, scale):
 def smoothed(ema, step, valid):
     """The averages after a step (tensors): `ema` `(2r + 1,)` holds the r |G|^2 averages, the r S
     averages and the count t; `step` `(2r,)` the step's estimates; `valid` a boolean scalar. Returns
-    `(new ema, noise_scale (r,))`."""
+    `(new ema, noise_scale (r,))`.
+
+    Each of |G|^2 and S is smoothed by an exponential moving average over the recorded steps,
+    m_t = beta m_(t-1) + (1 - beta) x_t from m_0 = 0, bias-corrected m_t / (1 - beta^t) (Kingma & Ba
+    2015, Adam, Algorithm 1), and `noise_scale` = S_hat / |G|^2_hat, the estimator of the paper
+    (logged after the last recorded step, not as an epoch mean). beta = `BETA` (0.99: about the last
+    100 recorded steps). A step whose estimates are not finite (a batch of one row, a non-finite
+    gradient) leaves the averages unchanged.
+    """
     ops = keras.ops
     r = (ema.shape[0] - 1) // 2
     moved = ops.where(valid, BETA * ema[: 2 * r] + (1.0 - BETA) * step, ema[: 2 * r])

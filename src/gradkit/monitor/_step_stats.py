@@ -2,24 +2,7 @@
 
 `gradkit.backend.weight_stats` reduces each trainable weight's gradient (and, for "params" and
 "updates", its values before and after the step) to a few numbers (`_groups.COLUMNS`); this module
-turns that `(n, m)` table into the log values, key-major (`_groups.log_names`), followed by the step's
-weight 1.0 for `GradientNormMetric`. The table is a float32 tensor traced into the step (TensorFlow,
-JAX, PyTorch on an accelerator: `keras.ops`), or a float64 numpy array on PyTorch's CPU (then numpy on a
-few numbers; the values reach the metric as Python floats).
-
-Per group of weights (the global row, then one row per layer), with s the loss-scale factor:
-
-- grad_norm = sqrt(sum sq) / s;
-- grad_norm_clipped: as the optimizer clips the unscaled gradient (Keras' order: `clipnorm` per
-  weight, min(|g_w|, c); else `global_clipnorm`, every gradient times c / max(|g|, c); else
-  `clipvalue`, elementwise clip to [-c, c]); clip_fraction: 1.0 when clipping changed a gradient of the
-  group, else 0.0 (its mean over steps is the share of steps clipped);
-- param_norm = sqrt(sum param_sq); update_norm = sqrt(sum update_sq); update_ratio = their ratio
-  (inf or NaN for weights that are all zero);
-- grad_max = max |g| / s; grad_nonfinite = the count of NaN/inf entries; grad_zero_fraction = the
-  share of exact zeros;
-- noise_scale: a placeholder (0), followed after all the keys by the step's estimates of |G|^2 and
-  tr(Sigma) per row (`_noise_scale.estimates`); the metric smooths them and fills in the ratio.
+turns that `(n, m)` table into the log values.
 """
 
 import keras
@@ -31,6 +14,24 @@ from gradkit.monitor import _groups, _noise_scale
 
 class StepStatistics:
     """Callable `(grads, scale, before, after, half) -> [values of log_names..., estimates, 1.0]` (in-step).
+
+    The values come key-major (`_groups.log_names`), followed by the step's weight 1.0 for
+    `GradientNormMetric`. The table is a float32 tensor traced into the step (TensorFlow, JAX, PyTorch
+    on an accelerator: `keras.ops`), or a float64 numpy array on PyTorch's CPU (then numpy on a few
+    numbers; the values reach the metric as Python floats). Per group of weights (the global row, then
+    one row per layer), with s the loss-scale factor:
+
+    - grad_norm = sqrt(sum sq) / s;
+    - grad_norm_clipped: as the optimizer clips the unscaled gradient (Keras' order: `clipnorm` per
+      weight, min(|g_w|, c); else `global_clipnorm`, every gradient times c / max(|g|, c); else
+      `clipvalue`, elementwise clip to [-c, c]); clip_fraction: 1.0 when clipping changed a gradient of
+      the group, else 0.0 (its mean over steps is the share of steps clipped);
+    - param_norm = sqrt(sum param_sq); update_norm = sqrt(sum update_sq); update_ratio = their ratio
+      (inf or NaN for weights that are all zero);
+    - grad_max = max |g| / s; grad_nonfinite = the count of NaN/inf entries; grad_zero_fraction = the
+      share of exact zeros;
+    - noise_scale: a placeholder (0), followed after all the keys by the step's estimates of |G|^2 and
+      tr(Sigma) per row (`_noise_scale.estimates`); the metric smooths them and fills in the ratio.
 
     `half`: None, or `(full, g1, b1, b, half_scale[, g2])` for "noise_scale": the step's own gradients (as
     the backend gave them), the gradients of the batch's first b1 of b rows, their loss-scale factor, and
@@ -117,7 +118,7 @@ def _derive(stats, ops, matrix, table, scale):
 
 
 def _clipped(stats, ops, matrix, col, grad_norm, scale):
-    """`grad_norm_clipped` and the clip indicator of each row (see the module docstring)."""
+    """`grad_norm_clipped` and the clip indicator of each row (see `StepStatistics`)."""
     if stats.clip is None:
         return [grad_norm, grad_norm * 0.0]
     kind, c = stats.clip

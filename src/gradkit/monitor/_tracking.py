@@ -2,8 +2,7 @@
 
 The steps are wrapped by `gradkit.backend.wrap_train_step` (which knows each backend's step); this module
 chooses what is recorded: the norms of the gradients, or under gradient accumulation those of the
-applied update; `_chosen_steps` runs the class's own step on the steps that record nothing. The
-semantics of the logged value are in the `gradkit.monitor` docstring.
+applied update; `_chosen_steps` runs the class's own step on the steps that record nothing.
 """
 
 from gradkit import _checks, _keras_internals, backend
@@ -52,7 +51,7 @@ def untrack_gradient_norm(model):
 
 
 def _norms_fn(model, layers, context):
-    """Today's `grad_norm` alone, every step: `NormValues` (zeros on steps that only accumulate)."""
+    """`grad_norm` alone, every step: `NormValues` (zeros on steps that only accumulate)."""
     cache = {}
 
     def norms_fn(grads, scale):

@@ -1,33 +1,5 @@
-"""The study's attacks: every attack at every eps, per sample, and the per-sample worst case.
-
-For one model the study keeps, per attack, the smallest eps at which that attack fooled each test
-point (`broken[attack]`: a list of float or None; 0.0 for a point misclassified without attack).
-Epsilons run in increasing order and a point broken at eps e stays broken at every e' > e (the same
-example lies in the larger ball), so at each eps an attack runs only on the points it has not broken
-yet. "standard" (`gradkit.evaluate`'s AutoAttack-style cascade) runs last at each eps, only on the
-points that no attack has broken: the worst case over every attack run.
-
-Rows: `{"model", "attack", "norm", "eps", "accuracy", "n_points", "ci_low", "ci_high", "scope"}`, the accuracy
-`k / n_points` with its 95% Wilson score interval `[ci_low, ci_high]`, of three scopes:
-
-- "worst_case" (scope "worst_case"): of all test points, the fraction that no attack broke at that eps
-  or below (exact: an example in a smaller ball lies in every larger one);
-- each attack but "standard" (scope "cumulative"): of all test points, the fraction that attack did not
-  break at that eps *or any smaller one* (it attacks only the points it has not broken yet, so the row
-  means "no run of this attack up to this eps broke it", a lower bound on that attack's accuracy at
-  this eps alone);
-- "standard" (scope "remaining", eps > 0): the accuracy of `gradkit.evaluate`'s cascade on the
-  `n_points` points it ran on (those no attack broke at that eps or below), the strong evaluation's own
-  figure on what the cheaper attacks left.
-
-Every attack runs at the study's norm (`config.norm`: "linf", "l2" or "l1"; eps is a radius in it).
-Every attack but the minimum-norm ones ("fmn", "fab", "ddn") goes through `gradkit.evaluate`
-(`clip_values=(0, 1)`; "standard" is AutoAttack's standard version for that norm), which judges
-success on the model's real decision (argmax, or the boosted model's weighted hard vote). "fmn", "fab"
-and "ddn" (L2 only) run `gradkit.min_norm` once per model (at its first eps > 0) on every test point;
-the per-point minimal norms (None: not broken) stay in the record (`record["min_norm"]["fmn"]`,
-samples.csv's `<model>_fmn_norm`; the same for "fab" and "ddn") and break each point at every eps >=
-its norm.
+"""The study's attacks: every attack at every eps, per sample, and the per-sample worst case (`attack_at`),
+and the result rows with their 95% Wilson score intervals, of three scopes (`row`).
 
 References:
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
@@ -115,8 +87,16 @@ def min_norms(model, data, record, config, batch_size, attack):
     `record["min_norm"][attack]`."""
     kept_norms = record.setdefault("min_norm", {})
     if attack not in kept_norms:
-        result = min_norm(model, data.x_test, data.y_test, norm=VALUES[config.norm], attacks=(attack,),
-                          steps=config.apgd_steps, clip_values=CLIP, batch_size=batch_size)  # fmt: skip
+        result = min_norm(
+            model,
+            data.x_test,
+            data.y_test,
+            norm=VALUES[config.norm],
+            attacks=(attack,),
+            steps=config.apgd_steps,
+            clip_values=CLIP,
+            batch_size=batch_size,
+        )
         kept_norms[attack] = [None if np.isinf(v) else float(v) for v in result.norms]
     return kept_norms[attack]
 
@@ -133,6 +113,22 @@ def _mark(record, target, attack, eps, rows, how=None):
 def attack_at(model, name, data, eps, record, config, batch_size):
     """Runs every attack of `config` on `model` at `eps`, updating `record` in place.
 
+    For one model the study keeps, per attack, the smallest eps at which that attack fooled each test
+    point (`broken[attack]`: a list of float or None; 0.0 for a point misclassified without attack).
+    Epsilons run in increasing order and a point broken at eps e stays broken at every e' > e (the same
+    example lies in the larger ball), so at each eps an attack runs only on the points it has not
+    broken yet. "standard" (`gradkit.evaluate`'s AutoAttack-style cascade) runs last at each eps, only
+    on the points that no attack has broken: the worst case over every attack run.
+
+    Every attack runs at the study's norm (`config.norm`: "linf", "l2" or "l1"; eps is a radius in it).
+    Every attack but the minimum-norm ones ("fmn", "fab", "ddn") goes through `gradkit.evaluate`
+    (`clip_values=(0, 1)`; "standard" is AutoAttack's standard version for that norm), which judges
+    success on the model's real decision (argmax, or the boosted model's weighted hard vote). "fmn",
+    "fab" and "ddn" (L2 only) run `gradkit.min_norm` once per model (at its first eps > 0) on every test
+    point; the per-point minimal norms (None: not broken) stay in the record
+    (`record["min_norm"]["fmn"]`, samples.csv's `<model>_fmn_norm`; the same for "fab" and "ddn") and
+    break each point at every eps >= its norm.
+
     Args:
         model: the trained model (a Keras model or a boosted estimator).
         name: its name in the study.
@@ -142,8 +138,8 @@ def attack_at(model, name, data, eps, record, config, batch_size):
 
     Returns:
         `(rows, evaluations)`: the result rows at `eps` ("worst_case", one per attack but "standard",
-        then "standard" where it ran; see the module's docstring) and the evaluation summaries (cost,
-        per-attack figures, flags).
+        then "standard" where it ran; see `row`) and the evaluation summaries (cost, per-attack figures,
+        flags).
     """
     broken, evaluations, standard = record["broken"], [], None
     for attack in sorted(config.attacks, key=lambda a: a == "standard"):  # "standard" last
@@ -184,10 +180,16 @@ def work(config, eps, n_members=1, n_classes=10):
     apgd_t = config.apgd_steps * min(5 if l1 else 9, n_classes - 1) * (n_classes >= 4)  # DLR needs 4
     fab_t = targets * (n_classes >= 3)  # FAB-T needs 3
     runs = max(1, sum(e > 0 for e in config.epsilons))
-    costs = {"fgsm": 1, "pgd": config.pgd_steps, "apgd-ce": config.apgd_steps,
-             "apgd-t": targets * (n_classes >= 4), "square": config.square_queries / 3,
-             "fmn": config.apgd_steps / runs, "fab": config.apgd_steps * n_classes / runs,
-             "ddn": config.apgd_steps / runs}  # fmt: skip
+    costs = {
+        "fgsm": 1,
+        "pgd": config.pgd_steps,
+        "apgd-ce": config.apgd_steps,
+        "apgd-t": targets * (n_classes >= 4),
+        "square": config.square_queries / 3,
+        "fmn": config.apgd_steps / runs,
+        "fab": config.apgd_steps * n_classes / runs,
+        "ddn": config.apgd_steps / runs,
+    }
     objectives = 2 if n_members > 1 else 1
     standard = (5 if l1 else 1) * config.apgd_steps + apgd_t + fab_t
     costs["standard"] = objectives * standard + costs["square"]
@@ -200,9 +202,31 @@ def kept(broken, eps):
 
 
 def row(model, attack, eps, k, n, norm="linf"):
-    """One result row: accuracy `k / n` with its 95% Wilson interval, n, the norm of `eps` and the scope
-    (module docstring)."""
+    """One result row: accuracy `k / n` with its 95% Wilson interval, n, the norm of `eps` and the scope.
+
+    `{"model", "attack", "norm", "eps", "accuracy", "n_points", "ci_low", "ci_high", "scope"}`, the
+    accuracy `k / n_points` with its 95% Wilson score interval `[ci_low, ci_high]`, of three scopes:
+
+    - "worst_case" (attack "worst_case"): of all test points, the fraction that no attack broke at that
+      eps or below (exact: an example in a smaller ball lies in every larger one);
+    - "cumulative" (each attack but "standard"): of all test points, the fraction that attack did not
+      break at that eps *or any smaller one* (it attacks only the points it has not broken yet, so the
+      row means "no run of this attack up to this eps broke it", a lower bound on that attack's
+      accuracy at this eps alone);
+    - "remaining" ("standard", eps > 0): the accuracy of `gradkit.evaluate`'s cascade on the
+      `n_points` points it ran on (those no attack broke at that eps or below), the strong evaluation's
+      own figure on what the cheaper attacks left.
+    """
     low, high = wilson_interval(int(k), int(n))
     scope = WORST if attack == WORST else "remaining" if attack == "standard" else "cumulative"
-    return {"model": model, "attack": attack, "norm": norm, "eps": eps, "accuracy": k / n, "n_points": n,
-            "ci_low": low, "ci_high": high, "scope": scope}  # fmt: skip
+    return {
+        "model": model,
+        "attack": attack,
+        "norm": norm,
+        "eps": eps,
+        "accuracy": k / n,
+        "n_points": n,
+        "ci_low": low,
+        "ci_high": high,
+        "scope": scope,
+    }

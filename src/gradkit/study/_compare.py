@@ -46,7 +46,19 @@ def comparisons(samples, epsilons):
             continue
         for eps in epsilons:
             c = paired_comparison(_correct(samples[a], eps), _correct(samples[b], eps))
-            rows.append({"a": a, "b": b, "attack": WORST, "eps": eps, "n_points": c.n_points,
-                         "accuracy_a": c.accuracy_a, "accuracy_b": c.accuracy_b, "difference": c.difference,
-                         "only_a": c.only_a, "only_b": c.only_b, "p_value": c.p_value})  # fmt: skip
+            rows.append(
+                {
+                    "a": a,
+                    "b": b,
+                    "attack": WORST,
+                    "eps": eps,
+                    "n_points": c.n_points,
+                    "accuracy_a": c.accuracy_a,
+                    "accuracy_b": c.accuracy_b,
+                    "difference": c.difference,
+                    "only_a": c.only_a,
+                    "only_b": c.only_b,
+                    "p_value": c.p_value,
+                }
+            )
     return rows

@@ -1,12 +1,6 @@
-"""The study's configuration: the single source of its defaults, validated, with no Keras import.
-
-`StudyConfig` is a frozen dataclass whose field defaults are the defaults (`DEFAULTS` is derived from
-them); constructing one validates and canonicalizes every field, so a `StudyConfig` is always usable.
-`make_config(**options)` gives the same configuration as a plain dict (what config.json stores). The
-command line builds its `--help` from these names without importing Keras or a backend.
-
-Checks go through `gradkit._checks` (one message form). Every failure is a `ConfigError` (a
-ValueError); a value of the wrong type raises one that is also a TypeError.
+"""The study's configuration (`StudyConfig`, `make_config`): the single source of its defaults, validated
+on construction, with no Keras import (the command line builds its `--help` from it). Every failure is a
+`ConfigError` (a ValueError; also a TypeError for a value of the wrong type), in `gradkit._checks`' form.
 """
 
 import dataclasses
@@ -22,8 +16,13 @@ ATTACKS = ("fgsm", "pgd", "apgd-ce", "apgd-t", "square", "standard", "fmn", "fab
 ADV_ATTACKS = ("pgd", "fgsm")
 ADV_MODES = ("augment", "fit")  # the "mode" of adv_boost's `adversarial` (see gradkit.AdaBoostM1)
 NETWORKS = ("cnn", "mlp")
-QUICK = {"epsilons": list(_norms.QUICK_EPSILONS["linf"]), "n_estimators": 2, "epochs": 3, "apgd_steps": 5,
-         "square_queries": 100}  # fmt: skip
+QUICK = {
+    "epsilons": list(_norms.QUICK_EPSILONS["linf"]),
+    "n_estimators": 2,
+    "epochs": 3,
+    "apgd_steps": 5,
+    "square_queries": 100,
+}
 QUICK_SUBSET = (2000, 1000)  # at most this many train / test samples with quick=True
 _MINIMUM = {
     "n_estimators": 1,

@@ -1,32 +1,6 @@
 """The study's threat models: `--norm linf|l2|l1`, each norm's default eps lists and adversarial-training
-radius, and the norm the adversarial models train at. Keras-free (the command line's `--help` reads it).
-
-Defaults, for inputs in [0, 1] (`DEFAULT_EPSILONS`, `DEFAULT_ADV_EPS`):
-
-| norm | epsilons (full run)           | --quick        | adv_eps          |
-|------|-------------------------------|----------------|------------------|
-| linf | 0, 0.02, 0.05, 0.1, 0.2, 0.3  | 0, 0.1, 0.3    | 0.1              |
-| l2   | 0, 0.1, 0.25, 0.5, 1, 2       | 0, 0.5, 1      | 0.5              |
-| l1   | 0, 0.5, 1, 2, 4, 10           | 0, 1, 2        | 0.1 (Linf, below) |
-
-The literature's radii for 28x28 MNIST (d = 784) are Linf 0.3, L2 2 and L1 10 (Tramer & Boneh 2019;
-Maini, Wong & Kolter 2020), for 32x32x3 CIFAR-10 (d = 3072) Linf 8/255, L2 0.5 (AutoAttack, RobustBench)
-and L1 12 (Croce & Hein 2021). A perturbation of the same size per coordinate has an L2 norm growing as
-sqrt(d) and an L1 norm growing as d, so on the study's default data, scikit-learn's 8x8 digits
-(d = 64), MNIST's radii correspond to L2 2 * sqrt(64 / 784) = 0.57 and L1 10 * 64 / 784 = 0.82. The
-L2 and L1 lists bracket these digits-sized radii and the study's CNN's median minimal perturbations
-(measured on 2026-12-02: the CNN trained 20 epochs on digits, 450 test points, 100 steps; median Linf
-0.11 (FMN), L2 0.54 (FMN and DDN), L1 1.36 (FMN and FAB); the Linf list and adv_eps 0.1 sit the same
-way around 0.11), and they end at MNIST's literature value (L2 2, L1 10), as the Linf list ends at
-MNIST's 0.3: one default serves digits and MNIST. For CIFAR-10 pass `--epsilons` (e.g. L2
-0,0.25,0.5,1; L1 0,6,12).
-
-Adversarial training (`adv_single`, `adv_boost`) trains at the study's norm for Linf and L2. gradkit's
-adversarial training takes Linf and L2 only: its inner attack is PGD, whose L1 step (the gradient over
-its L1 norm, a dense step) is a weak L1 attack (Croce & Hein 2021 replace it by l1-APGD's sparse step
-within the box), and a model trained against a weak attack promises a robustness it does not have. So
-under `--norm l1` the adversarial models train at Linf (`adv_eps` in Linf units) and are attacked at
-L1; the table's header and results.json ("adv_norm": "linf") say so.
+radius (for inputs in [0, 1]), and the norm the adversarial models train at. Keras-free (the command
+line's `--help` reads it).
 
 References:
     Tramer & Boneh (2019), "Adversarial training and robustness for multiple perturbations", NeurIPS,
@@ -46,6 +20,15 @@ NORMS = ("linf", "l2", "l1")
 LABELS = {"linf": "Linf", "l2": "L2", "l1": "L1"}
 VALUES = {"linf": math.inf, "l2": 2.0, "l1": 1.0}  # what gradkit's attacks take as `norm`
 _SPELLINGS = {"inf": "linf", "2": "l2", "1": "l1"}
+# The literature's radii for 28x28 MNIST (d = 784) are Linf 0.3, L2 2 and L1 10 (Tramer & Boneh 2019;
+# Maini, Wong & Kolter 2020), for 32x32x3 CIFAR-10 (d = 3072) Linf 8/255, L2 0.5 (AutoAttack,
+# RobustBench) and L1 12 (Croce & Hein 2021). A perturbation of the same size per coordinate has an L2
+# norm growing as sqrt(d) and an L1 norm growing as d, so on the study's default data, scikit-learn's
+# 8x8 digits (d = 64), MNIST's radii correspond to L2 2 * sqrt(64 / 784) = 0.57 and L1 10 * 64 / 784 =
+# 0.82. The L2 and L1 lists bracket these digits-sized radii and the study's CNN's median minimal
+# perturbations on digits (benchmarks/README.md; the Linf list and adv_eps 0.1 sit the same way around
+# its Linf median), and they end at MNIST's literature value, as the Linf list ends at MNIST's 0.3: one
+# default serves digits and MNIST. For CIFAR-10 pass `--epsilons` (e.g. L2 0,0.25,0.5,1; L1 0,6,12).
 DEFAULT_EPSILONS = {
     "linf": (0.0, 0.02, 0.05, 0.1, 0.2, 0.3),
     "l2": (0.0, 0.1, 0.25, 0.5, 1.0, 2.0),
@@ -82,7 +65,16 @@ def check_attacks(attacks, norm):
 
 
 def adv_norm_note(norm):
-    """The header's line on the adversarial-training norm when it differs from the attacks' norm, else ""."""
+    """The header's line on the adversarial-training norm when it differs from the attacks' norm, else "".
+
+    Adversarial training (`adv_single`, `adv_boost`) trains at the study's norm for Linf and L2.
+    gradkit's adversarial training takes Linf and L2 only: its inner attack is PGD, whose L1 step (the
+    gradient over its L1 norm, a dense step) is a weak L1 attack (Croce & Hein 2021 replace it by
+    l1-APGD's sparse step within the box), and a model trained against a weak attack promises a
+    robustness it does not have. So under `--norm l1` the adversarial models train at Linf (`adv_eps`
+    in Linf units, `ADV_NORMS`) and are attacked at L1; the table's header and results.json
+    ("adv_norm": "linf") say so.
+    """
     if ADV_NORMS[norm] == norm:
         return ""
     return (

@@ -8,6 +8,10 @@
                     that broke it (empty: none did) and the attack that did; with "fmn",
                     "fab" or "ddn", the point's minimal perturbation found in the study's
                     norm (`<model>_fmn_norm`)
+    robustness.png  accuracy vs eps, one line per model and attack, the worst case boldest, 95% bands
+    grad_norm.png   per-epoch gradient norm, a panel per model (`plot_training_diagnostics`), boosted
+                    members labelled
+    *.keras, */     the trained models (`_models`)
 
 Every file is written atomically through `gradkit._io` (a temporary file, then `os.replace`).
 """

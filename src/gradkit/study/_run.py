@@ -154,8 +154,16 @@ def _training_warnings(name, accuracy, n_classes, config):
     reference = (
         "Carlini et al. (2019), On Evaluating Adversarial Robustness, https://arxiv.org/abs/1902.06705"
     )
-    return [{"model": name, "attack": "training", "eps": 0.0, "name": "near_chance", "message": message,
-             "reference": reference}]  # fmt: skip
+    return [
+        {
+            "model": name,
+            "attack": "training",
+            "eps": 0.0,
+            "name": "near_chance",
+            "message": message,
+            "reference": reference,
+        }
+    ]
 
 
 def _attack_all(trained, config, data, state, log, progress):
@@ -214,11 +222,12 @@ def _write_outputs(state, out, labels):
     title, norm = f"{state['dataset']}, Keras backend {state['backend']}", LABELS[state["config"]["norm"]]
     plot_robustness(
         [r for r in state["results"] if r.get("scope") != "remaining"],
-        os.path.join(out, "robustness.png"), title=f"Robustness ({norm}) - {title}",
+        os.path.join(out, "robustness.png"),
+        title=f"Robustness ({norm}) - {title}",
         xlabel=f"eps ({norm} norm, input units; inputs in [0, 1])",
         caption=f"n = {state['n_test']} test points, Keras backend {state['backend']}; bands: {INTERVAL}; "
         f"{', '.join(attacks)}: cumulative (broken at this eps or below)",
-    )  # fmt: skip
+    )
     path = os.path.join(out, "grad_norm.png")
     plot_training_diagnostics(_panels(state["grad_norm"]), path, title=f"Gradient norm - {title}")
 

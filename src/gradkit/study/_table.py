@@ -60,8 +60,11 @@ def _comparisons(state, epsilons, width):
     pairs = list(dict.fromkeys((a, b) for a, b, _ in found))
     if not pairs:
         return []
-    lines = ["", "paired comparison, worst case: difference a - b and McNemar's exact p (two-sided, on the "
-             "points one model keeps and the other loses)"]  # fmt: skip
+    lines = [
+        "",
+        "paired comparison, worst case: difference a - b and McNemar's exact p (two-sided, on the "
+        "points one model keeps and the other loses)",
+    ]
     label = max(width, *(len(f"{a} - {b}") + 2 for a, b in pairs))
     lines.append(_row("", (f"eps={e:g}" for e in epsilons), label))
     for a, b in pairs:

@@ -1,20 +1,11 @@
 """Training the study's four models, each with `GradientNormCallback` and a per-epoch progress bar.
 
-- `single`: one network trained for `epochs * n_estimators` epochs, as many as AdaBoost.M1's members
-  together;
-- `adv_single`: the same network and epochs, trained with `gradkit.adversarial_training` (the
-  `adv_attack` inside each training step: PGD with `adv_steps` steps and eps_step 2.5 * adv_eps /
-  adv_steps, or fast FGSM with a random start); saved without any trace of it;
-- `adaboost_m1`: `AdaBoostM1` with `n_estimators` rounds of `epochs` epochs;
-- `adv_boost`: the same with `adversarial={"attack": adv_attack, "eps": adv_eps, "norm": ...,
-  "steps": adv_steps, "clip_values": (0, 1), "mode": adv_mode}` (PGD by default; in mode "augment" round 0
-  fits twice: clean, then clean + adversarial; in mode "fit" each member trains as `adv_single` does).
-
-A boosted model may keep fewer members than asked (a perfect or worse-than-random round stops
-boosting): `describe` records members kept, asked, and why boosting stopped.
-
-Adversarial training runs at the study's norm, Linf under `--norm l1` (gradkit's adversarial training
-takes Linf and L2; see `gradkit.study._norms`).
+`single`, one network trained for `epochs * n_estimators` epochs (as many as AdaBoost.M1's members
+together), and `adv_single`, the same network and epochs with `gradkit.adversarial_training`
+(`train_single`); `adaboost_m1`, `AdaBoostM1` with `n_estimators` rounds of `epochs` epochs, and
+`adv_boost`, the same with adversarial rounds (`train_boosted`). Adversarial training runs at the
+study's norm, Linf under `--norm l1` (gradkit's adversarial training takes Linf and L2; see
+`gradkit.study._norms`).
 
 References:
     Freund & Schapire (1996), "Experiments with a new boosting algorithm", ICML,
@@ -58,9 +49,10 @@ SINGLES = ("single", "adv_single")  # one network each; the others are boosted
 
 
 def adversarial(config):
-    """The `adversarial` argument of `adv_boost`: the attack of its rounds (PGD or FGSM), its norm (the
-    study's, Linf under "l1": `_norms.ADV_NORMS`; by name, "linf" or "l2", so that the saved boosted model
-    keeps it in its JSON) and the mode."""
+    """The `adversarial` argument of `adv_boost`: the attack of its rounds (`adv_attack`: PGD with
+    `adv_steps` steps and eps_step 2.5 * adv_eps / adv_steps, or FGSM), at `adv_eps` within
+    `clip_values` (0, 1), its norm (the study's, Linf under "l1": `_norms.ADV_NORMS`; by name, "linf" or
+    "l2", so that the saved boosted model keeps it in its JSON) and the mode (`adv_mode`)."""
     norm = ADV_NORMS[config.norm]
     options = {"attack": config.adv_attack, "eps": config.adv_eps, "norm": norm, "clip_values": (0.0, 1.0)}
     if config.adv_attack == "pgd":
@@ -70,8 +62,9 @@ def adversarial(config):
 
 
 def adversarial_single(config):
-    """`gradkit.adversarial_training`'s arguments for `adv_single`: the settings of `adversarial`,
-    fgsm with a random start (Wong et al. 2020)."""
+    """`gradkit.adversarial_training`'s arguments for `adv_single`: the settings of `adversarial` (the
+    attack inside each training step), fgsm with a random start (fast FGSM, Wong et al. 2020); the
+    model is saved without any trace of it."""
     options = {k: v for k, v in adversarial(config).items() if k != "mode"}
     return {**options, "random_start": True, "seed": config.seed}
 
@@ -130,6 +123,10 @@ def train_single(name, config, data, progress):
 
 def train_boosted(name, config, data, progress):
     """Trains `AdaBoostM1` ("adaboost_m1"), with adversarial rounds (`adversarial(config)`) for "adv_boost".
+
+    In mode "augment" round 0 of "adv_boost" fits twice (clean, then clean + adversarial); in mode
+    "fit" each member trains as `adv_single` does. A boosted model may keep fewer members than asked (a
+    perfect or worse-than-random round stops boosting; `describe` records why).
 
     Args and Returns: as for `train_single`; the model is the fitted `AdaBoostM1` and `grad_norm` one
     list per `fit` (one per member; two for round 0 of "adv_boost" in mode "augment").

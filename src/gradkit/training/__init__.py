@@ -7,10 +7,6 @@ PyTorch eagerly; the framework code is `gradkit.backend.input_ascent`). `untrack
 restores the model. `CatastrophicOverfittingCheck` logs `adv_accuracy` (PGD on a held batch) once per
 epoch and warns when it collapses while the FGSM accuracy stays high.
 
-Modules: `_settings` (argument checks), `_geometry` (Linf/L2 steps, projection and random start as
-`keras.ops`), `_objective` (the inner attack, the CE and TRADES losses), `_install` (the public pair),
-`_overfitting` (the check).
-
 References:
     Madry, Makelov, Schmidt, Tsipras & Vladu (2018), "Towards deep learning models resistant to
     adversarial attacks", ICLR, https://arxiv.org/abs/1706.06083

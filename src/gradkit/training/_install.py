@@ -1,12 +1,5 @@
-"""`adversarial_training` / `untrack_adversarial_training`: the model's `compute_loss` becomes adversarial.
-
-Why `compute_loss` and not `train_step`: every Keras `train_step` (TensorFlow, JAX, PyTorch) calls
-`self.compute_loss(x, y, y_pred, sample_weight, training=True)` inside its gradient, after the clean
-forward pass. Replacing that one method on the instance keeps Keras' own step (loss scaling, metrics,
-gradient accumulation, `keras.distribution`) and composes with `gradkit.track_gradient_norm`, which wraps
-the class's `train_step`: the norm it logs is then that of the adversarial objective. Evaluation
-(`training=False`) is unchanged. The random start's generator state lives in a small metric that logs
-nothing: metric variables are the state a stateless JAX step carries (and writes back) inside its jit.
+"""`adversarial_training` / `untrack_adversarial_training`: the model's `compute_loss` becomes adversarial,
+on the instance, so that every training step attacks its own batch first.
 """
 
 import keras
@@ -20,7 +13,11 @@ _ATTR = "_gradkit_adversarial"
 
 
 class AdversarialState(keras.metrics.Metric):
-    """Holds the installed `Settings` and the random-start generator; logs nothing, never resets."""
+    """Holds the installed `Settings` and the random-start generator; logs nothing, never resets.
+
+    A metric because metric variables are the state a stateless JAX step carries (and writes back)
+    inside its jit.
+    """
 
     def __init__(self, settings, seed=None):
         super().__init__(name="gradkit_adversarial_state")
@@ -61,6 +58,15 @@ def untrack_adversarial_training(model):
 
 
 def _make_compute_loss(model, state):
+    """The instance's `compute_loss`: adversarial in training, the class's own in evaluation.
+
+    Why `compute_loss` and not `train_step`: every Keras `train_step` (TensorFlow, JAX, PyTorch) calls
+    `self.compute_loss(x, y, y_pred, sample_weight, training=True)` inside its gradient, after the clean
+    forward pass. Replacing that one method on the instance keeps Keras' own step (loss scaling,
+    metrics, gradient accumulation, `keras.distribution`) and composes with
+    `gradkit.track_gradient_norm`, which wraps the class's `train_step`: the norm it logs is then that
+    of the adversarial objective.
+    """
     base = type(model).compute_loss
     # the logits view is built here, eagerly, for a built and compiled model (else in the first step)
     view = attacked_view(model) if model.built and getattr(model, "loss", None) else None
