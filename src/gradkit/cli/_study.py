@@ -10,8 +10,8 @@ from gradkit.cli._parser import word_list as _word_list
 from gradkit.errors import WorseThanRandomError
 
 _EXAMPLE = """examples:
-  gradkit study --out runs/demo                     digits, CNN, 4 models, FGSM, PGD, standard (< 4 min)
-  gradkit study --quick --out runs/quick            small and fast (under a minute)
+  gradkit study --out runs/demo                     digits, CNN, 4 models, FGSM, PGD, standard (minutes)
+  gradkit study --quick --out runs/quick            small and fast (a minute or two)
   gradkit study --norm l2 --attacks pgd,ddn,standard  L2 threat model (eps in L2, input units)
   gradkit study --dataset data.npz --model mlp      arrays x_train, y_train, x_test, y_test
   gradkit study --model mynet:build --quick         your network: build(input_shape, n_classes)

@@ -97,7 +97,7 @@ def min_norm(model, x, y, *, norm, attacks=("fmn",), batch_size=None, output=Non
 
     Raises:
         ValueError: an unknown attack name, a norm an attack does not take (DDN: 2 only; 0: FMN only),
-            `targeted=True`, FAB where this gradkit has none; before any work.
+            `targeted=True`; before any work.
         TypeError: `eps` in the attack arguments.
 
     References:
