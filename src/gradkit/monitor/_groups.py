@@ -15,8 +15,8 @@ computed in the step from per-weight statistics (the `COLUMNS` of `gradkit.backe
 
 "noise_scale" also needs the gradient of the first half of the step's batch (`needs_halves`): on JAX
 and PyTorch, where exact, from the step's own backward pass taken as its two halves'
-(`gradkit.backend._jax_split`, `_torch_split`); elsewhere one more forward and backward pass over half
-the rows, on recorded steps only (`_noise_scale.py`).
+(`gradkit.backend.jax.noise_scale`, `torch.noise_scale`); elsewhere one more forward and backward pass
+over half the rows, on recorded steps only (`_noise_scale.py`).
 """
 
 from gradkit import _checks

@@ -1,13 +1,14 @@
-"""TensorFlow: the gradient of the loss on the first half of a step's batch (noise scale, `_halves.py`)."""
+"""TensorFlow's noise scale: the gradient of the loss on the first half of a step's batch, one more
+backward pass over those rows inside the step (`common/halves.py`)."""
 
 import tensorflow as tf
 
-from gradkit.backend._halves import first_half, half_loss
+from gradkit.backend.common.halves import first_half, half_loss
 
 
 def half_gradients(model, data, trainable, scale):
     """`(g1, b1, b)`: the gradient of the loss on the first half of `data` at the weights `trainable`
-    (tensors), scaled by `scale` as the step's own (`_halves.py`)."""
+    (tensors), scaled by `scale` as the step's own (`common/halves.py`)."""
     half, b1, b = first_half(data)
     if isinstance(b1, int) and b1 == 0:  # a batch of one row: no half (refused, or the step left out)
         return [tf.zeros_like(t) for t in trainable], b1, b

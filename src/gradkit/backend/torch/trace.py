@@ -1,11 +1,10 @@
 """Per-signature TorchScript traces of gradkit's pure functions on the PyTorch backend.
 
 Why: on a small CNN and a CPU, Keras' per-layer Python (`Layer.__call__`, the variable scope of
-`stateless_call`) costs about three times the arithmetic of a forward pass (0.85 ms against 0.22 ms
-for 252 digits 8x8), and score-based attacks such as Square make thousands of such calls one after
-the other. `torch.jit.trace` records the torch operations a call runs once per input signature and
-replays them without the Python, autograd included (gradients flow through a trace as through the
-eager call).
+`stateless_call`) costs about three times the arithmetic of a forward pass, and score-based attacks
+such as Square make thousands of such calls one after the other. `torch.jit.trace` records the torch
+operations a call runs once per input signature and replays them without the Python, autograd included
+(gradients flow through a trace as through the eager call).
 
 A trace is used only where it is exact. A trace freezes every Python value it read from a tensor
 (torch's TracerWarning: shapes, which the signature fixes anyway, but also a value-dependent branch
@@ -15,9 +14,9 @@ or where tracing raises, that signature runs eagerly. Setting the environment va
 `GRADKIT_TORCH_TRACE=0` (or `ENABLED = False`) turns tracing off. What gradkit reports never rests on
 a trace alone: attack successes are confirmed with the model's own `predict`.
 
-`torch.jit.trace` is deprecated upstream in favour of `torch.export` (measured here 25x slower to build
-a program and no faster to call) and `torch.compile` (71 s to compile on a 2-core CPU). Its warnings
-are silenced during tracing; where `torch.jit.trace` is gone or fails, everything runs eagerly.
+`torch.jit.trace` is deprecated upstream in favour of `torch.export` (slower to build a program and no
+faster to call) and `torch.compile` (long to compile on a CPU). Its warnings are silenced during
+tracing; where `torch.jit.trace` is gone or fails, everything runs eagerly.
 
 The PyTorch backend's `compile_forward` (and its `bind`, for the thousands of calls of a score-based
 attack on the same rows) lives here, next to the traces it serves.
@@ -34,7 +33,7 @@ _RTOL, _ATOL = 1e-5, 1e-6
 
 def flatten(obj):
     """The leaves of nested lists, tuples and dicts (dicts in sorted key order), as a list. Plain
-    Python: `keras.tree` goes through torch's pytree, which costs 0.2 ms a call here."""
+    Python: `keras.tree` goes through torch's pytree, which costs more than the call it serves."""
     if isinstance(obj, (list, tuple)):
         return [leaf for item in obj for leaf in flatten(item)]
     if isinstance(obj, dict):

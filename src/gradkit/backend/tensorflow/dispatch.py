@@ -2,12 +2,11 @@
 
 A `tf.function` call binds its arguments to the function's type, canonicalizes every leaf of them and
 looks the concrete function up before it runs: for an attack step's nested dicts of 12 to 31 tensors,
-0.4 to 0.8 ms a call on the CPU (2 cores), as much as a 256-row PGD step's compute on a near-free
-model, paid four times per 1,024 rows. `dispatcher(function)` keeps the concrete function of each
-argument signature (the nesting, every tensor's shape and dtype, which variables repeat), traced by
-`function` itself (its trace counts are unchanged), and runs it on the flattened tensors
-(`ConcreteFunction._call_flat`, the call `tf.function` ends in). Arguments with a leaf that is no
-tensor, variable or None, and calls inside a graph, go through `function` as before.
+as much time as a small batch's whole step on a near-free model. `dispatcher(function)` keeps the
+concrete function of each argument signature (the nesting, every tensor's shape and dtype, which
+variables repeat), traced by `function` itself (its trace counts are unchanged), and runs it on the
+flattened tensors (`ConcreteFunction._call_flat`, the call `tf.function` ends in). Arguments with a
+leaf that is no tensor, variable or None, and calls inside a graph, go through `function` as before.
 """
 
 import tensorflow as tf

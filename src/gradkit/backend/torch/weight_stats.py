@@ -1,23 +1,20 @@
-"""Per-weight statistics of a training step on PyTorch (see `_weight_stats.py` for the columns).
+"""Per-weight statistics of a training step on PyTorch (see `common/weight_stats.py` for the columns).
 
 Eager PyTorch runs each tensor operation as called, so the L2 norms use the multi-tensor kernel
 (`torch._foreach_norm`: one call for every weight) rather than a few operations per weight. On the CPU
 the max |g| and the count of zeros are one `torch.aminmax` and one sum of |sign(g)| per weight:
-`_foreach_norm` of order inf and 0 has no vectorized CPU kernel (measured for the 1M-weight MLP of
-`benchmarks/bench_norms.py`, one thread: 2.8 ms and 0.57 ms a step, against 0.17 ms and 0.26 ms, on a
-10 ms step); on an accelerator they stay multi-tensor kernels. A non-finite entry is the one non-zero
-of `g - g` (inf - inf and NaN - NaN are NaN), counted only where a squared norm is not finite. The
-gradient of the other rows of the noise scale is one `_foreach_add` (`full - (b1 / b) g1`, times
-`b / (b - b1)`), not three passes. On the CPU the table comes to the host once, as a float64 numpy
-array (the rest is arithmetic on a few numbers); on an accelerator it stays there.
+`_foreach_norm` of order inf and 0 has no vectorized CPU kernel; on an accelerator they stay
+multi-tensor kernels. A non-finite entry is the one non-zero of `g - g` (inf - inf and NaN - NaN are
+NaN), counted only where a squared norm is not finite. The gradient of the other rows of the noise scale
+is one `_foreach_add` (`full - (b1 / b) g1`, times `b / (b - b1)`), not three passes. On the CPU the
+table comes to the host once, as a float64 numpy array (the rest is arithmetic on a few numbers); on an
+accelerator it stays there.
 """
 
 import math
 
 import numpy as np
 import torch
-
-from gradkit.backend._halves import first_half, half_loss
 
 
 def _norms(tensors, order):
@@ -39,8 +36,7 @@ def _max_abs(tensors):
 def _count_nonzero(tensors, finite):
     """The count of non-zero entries of each tensor on the CPU: the sum of |sign(t)| (one branch-free
     pass) where every entry is finite and the count is exact in float32 (at most 2**24 entries);
-    else `torch.count_nonzero`, which branches per entry: measured 2.0-2.1 ms against 0.23-0.37 ms on
-    a 784x1024 gradient with 8% zeros, and 0.49 ms against 0.2 ms without zeros, on one thread."""
+    else `torch.count_nonzero`, which branches per entry (several times slower on a CPU)."""
     counts = []
     for t in tensors:
         if finite and t.numel() <= 2**24:
@@ -78,26 +74,10 @@ def _columns(grads, before, after, columns, clip, half):
         out["other_sq"] = (_norms(others, 2.0) * (float(b) / float(max(b - b1, 1)))).square()
     if "param_sq" in columns:
         out["param_sq"] = _norms(before, 2.0).square()
-    if "update_sq" in columns:  # in place: `before` is the caller's scratch copy (`Snapshot`)
+    if "update_sq" in columns:  # in place: `before` is the caller's scratch copy (`train_step.Snapshot`)
         torch._foreach_sub_(before, after)
         out["update_sq"] = _norms(before, 2.0).square()
     return torch.stack([out[c].float() for c in columns], dim=1)
-
-
-class Snapshot:
-    """`snapshot(variables)`: copies of the variables' values in buffers kept across steps (a new 4 MB
-    tensor each step costs its page faults: measured 0.5 ms a step for the 1M-weight MLP on the CPU)."""
-
-    def __init__(self):
-        self.buffers, self.key = None, None
-
-    def __call__(self, variables):
-        values = [v.value.detach() for v in variables]
-        key = tuple((t.shape, t.dtype, t.device) for t in values)
-        if key != self.key:
-            self.buffers, self.key = [torch.empty_like(t) for t in values], key
-        torch._foreach_copy_(self.buffers, values)
-        return self.buffers
 
 
 def weight_stats(grads, before, after, columns, shapes, clip=None, host=True, half=None):
@@ -105,7 +85,7 @@ def weight_stats(grads, before, after, columns, shapes, clip=None, host=True, ha
 
     `before` is scratch: "update_sq" overwrites it (with the update). `shapes`: the weights' shapes (a
     None gradient is a zero tensor of its weight's shape). `half`: None, or `(full, g1, b1, b)` for the
-    noise-scale columns (see `_weight_stats.py`; b1 < b, ints).
+    noise-scale columns (see `common/weight_stats.py`; b1 < b, ints).
     """
     with torch.no_grad():
         device = next((g.device for g in grads if g is not None), None)
@@ -119,30 +99,3 @@ def weight_stats(grads, before, after, columns, shapes, clip=None, host=True, ha
             half = (full, g1, b1, b)
         table = _columns(grads, before, after, columns, clip, half)
     return table.cpu().numpy().astype(np.float64) if host else table
-
-
-def half_gradients(model, data, variables, scale):
-    """`(g1, b1, b)`: the gradient of the loss on the first half of `data` at the current weights, scaled
-    by `scale` as the step's own (`_halves.py`); taken before the update writes the weights."""
-    half, b1, b = first_half(data)
-    trainable = [v.value for v in variables]
-    if b1 == 0:  # a batch of one row: no half (the caller refuses it or leaves the step out)
-        return [torch.zeros_like(t) for t in trainable], 0, int(b)
-    non_trainable = [v.value.detach() for v in model.non_trainable_variables]
-    metrics = [v.value.detach() for v in model.metrics_variables]
-    with torch.enable_grad():
-        loss = half_loss(model, trainable, non_trainable, metrics, half, scale)
-        grads = torch.autograd.grad(loss, trainable, allow_unused=True)
-    return [torch.zeros_like(t) if g is None else g for t, g in zip(trainable, grads)], int(b1), int(b)
-
-
-def halves(model, data, norms_fn, variables, scale):
-    """`{"halves": thunk}` for a `norms_fn` that needs the halves' gradient (else {}): taken now, on
-    sampled steps, before the update writes the weights in place; a batch the caller refuses
-    (`norms_fn.check_rows`) raises here, before the update."""
-    if not getattr(norms_fn, "needs_halves", False):
-        return {}
-    taken = half_gradients(model, data, list(variables), scale) if norms_fn.sampled() else None
-    if taken is not None:
-        norms_fn.check_rows(taken[2])
-    return {"halves": lambda: taken}

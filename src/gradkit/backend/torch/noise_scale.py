@@ -1,4 +1,4 @@
-"""PyTorch: the step's own gradient taken as the gradients of its batch's two halves (the noise scale).
+"""PyTorch's noise scale: the step's own gradient taken as the gradients of its batch's two halves.
 
 Keras' PyTorch `train_step` calls the model on the batch, takes the loss and `loss.backward()`, then
 hands the variables' `.grad` to the optimizer. `SplitForward` makes that one call run the first
@@ -8,19 +8,19 @@ metrics see the whole batch as before, and the one backward pass leaves `g_a = (
 leaves' `.grad` and `g_b = (b2 / b) G_2` in the weights' (G_i the gradient of half i's mean loss).
 `finish` adds g_a into the weights' gradients in place, so the optimizer applies `G = g_a + g_b`, the
 batch's gradient (the same numbers up to float rounding), and returns `G_1`: no extra forward or backward
-pass for the noise scale (`_noise_scale.py`, `_jax_split.py`).
+pass for the noise scale (as JAX's `noise_scale.py`).
 
 Exact only where the loss is a mean over rows and no layer mixes rows, draws randomness or adds a loss
 (a weight regularizer's gradient would land in g_b alone): `splittable` checks that (no non-trainable
 variables, no regularizers, Keras' own `train_step` and `compute_loss`, "sum_over_batch_size" losses).
-Elsewhere the caller takes the first half's gradient with an extra pass (`_torch_stats.halves`).
+Elsewhere the first half's gradient comes from an extra pass (`halves`, `common/halves.py`).
 """
 
 import keras
 import torch
 from keras.src.backend.torch.trainer import TorchTrainer
 
-from gradkit.backend._common import mean_reduced
+from gradkit.backend.common.halves import first_half, half_loss, mean_reduced
 
 
 def splittable(model, step_cls, data):
@@ -76,3 +76,30 @@ class SplitForward:
             torch._foreach_add_([grads[i] for i in present], [g_a[i] for i in present])
             torch._foreach_mul_(g_a, float(rows) / float(b1))
         return g_a, b1, rows
+
+
+def half_gradients(model, data, variables, scale):
+    """`(g1, b1, b)`: the gradient of the loss on the first half of `data` at the current weights, scaled
+    by `scale` as the step's own (`common/halves.py`); taken before the update writes the weights."""
+    half, b1, b = first_half(data)
+    trainable = [v.value for v in variables]
+    if b1 == 0:  # a batch of one row: no half (the caller refuses it or leaves the step out)
+        return [torch.zeros_like(t) for t in trainable], 0, int(b)
+    non_trainable = [v.value.detach() for v in model.non_trainable_variables]
+    metrics = [v.value.detach() for v in model.metrics_variables]
+    with torch.enable_grad():
+        loss = half_loss(model, trainable, non_trainable, metrics, half, scale)
+        grads = torch.autograd.grad(loss, trainable, allow_unused=True)
+    return [torch.zeros_like(t) if g is None else g for t, g in zip(trainable, grads)], int(b1), int(b)
+
+
+def halves(model, data, norms_fn, variables, scale):
+    """`{"halves": thunk}` for a `norms_fn` that needs the halves' gradient (else {}): taken now, on
+    sampled steps, before the update writes the weights in place; a batch the caller refuses
+    (`norms_fn.check_rows`) raises here, before the update."""
+    if not getattr(norms_fn, "needs_halves", False):
+        return {}
+    taken = half_gradients(model, data, list(variables), scale) if norms_fn.sampled() else None
+    if taken is not None:
+        norms_fn.check_rows(taken[2])
+    return {"halves": lambda: taken}

@@ -1,9 +1,9 @@
 """The in-step gradient norms as an opaque value: a float32 tensor, or a list of Python floats.
 
 `group_norms` gives a float32 tensor, except on PyTorch's CPU, where the gradients' squares come to the
-host and the norms are Python floats (a list; see `gradkit.backend.torch.group_norms`). Callers above the
-backend never look inside: they hand the value back to the functions here, which choose between the
-tensor and the host arithmetic.
+host and the norms are Python floats (a list; see `gradkit.backend.torch.norms.group_norms`). Callers
+above the backend never look inside: they hand the value back to the functions here, which choose
+between the tensor and the host arithmetic.
 
 - `divide_norms(values, scale)`: the norms divided by the loss-scale factor.
 - `applied_norms(values, iteration, steps)`: the norms on a step that applies an accumulated update,
@@ -12,8 +12,8 @@ tensor and the host arithmetic.
   step's values into a metric's running sums.
 - `norm_means(sums, host_sums, names)`: the running means by name.
 
-No `keras.ops` on the per-step paths of eager PyTorch: there a `keras.ops` call costs 15-50 us of dtype
-handling, more than the tensor operation it wraps. Tensor operators are used instead.
+No `keras.ops` on the per-step paths of eager PyTorch: there a `keras.ops` call's dtype handling costs
+more than the tensor operation it wraps. Tensor operators are used instead.
 """
 
 import keras

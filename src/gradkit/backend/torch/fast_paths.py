@@ -1,15 +1,14 @@
-"""PyTorch backend: an attack's Linf steps computed in the memory of their own gradient.
+"""PyTorch's fast paths: an attack's Linf steps computed in the memory of their own gradient.
 
 On PyTorch the compiled attack step runs its update eagerly (`compile_step`), one full-size tensor per
 operation. On the CPU a fresh large tensor comes from the C allocator, which hands the pages of freed
-ones back to the system and faults new ones in: at 1,024x32x32x3 float32 a step of PGD allocated 4 to 8
-such tensors and took 3 to 8 page faults per kilobyte in some runs and none in others (each 12 MB tensor
-costs 2 to 3 ms of faults on a 2-core VM, about the whole forward and backward pass of a small model).
-The step's gradient is a tensor of the iterate's shape that nothing else holds, so the move, the
-projection and the clip are done in it: the same operations in the same order, hence the same values,
-and one allocation per step (the gradient itself) instead of eight. APGD's step (`apgd_linf_step`: the
-move, the momentum mix, two projections and the selection of the rows attacked) needs one more buffer
-instead of some twenty.
+ones back to the system and faults new ones in, at a cost comparable to a small model's whole forward
+and backward pass. The step's gradient is a tensor of the iterate's shape that nothing else holds, so
+the move, the projection and the clip are done in it: the same operations in the same order, hence the
+same values, and one allocation per step (the gradient itself) instead of eight. APGD's step
+(`apgd_linf_step`: the move, the momentum mix, two projections and the selection of the rows attacked)
+needs one more buffer instead of some twenty. TensorFlow and JAX, whose compiled steps fuse or plan
+their buffers, have none (their `fast_paths.py` sets these names to None).
 """
 
 import torch
@@ -93,8 +92,8 @@ def linf_window(best, ends, in_rows, in_cols, tolerance, signs):
 
     The window is the product of its rows and its columns; broadcast as `(n, h, 1, 1)` and `(n, 1, w, 1)`
     masks over a channels-last image, PyTorch's elementwise kernels run an inner loop of `c` (3)
-    elements (a select took 11 ms at 1,024x32x32x3 on the CPU, one without broadcasting 4.5 ms), so the
-    image is seen as `(n, h, w * c)` and the masks as `(n, h, 1)` and `(n, 1, w * c)`.
+    elements (more than twice as slow as without broadcasting), so the image is seen as `(n, h, w * c)`
+    and the masks as `(n, h, 1)` and `(n, 1, w * c)`.
 
     Args:
         best: the current points `(n, h, w, c)` (read only); ends: the two clipped corners `[x0 + eps,

@@ -1,5 +1,6 @@
 """The first half of a training step's batch and Keras' training loss on it (the noise scale of
-`gradkit.monitor`): what the three backends share; each differentiates `half_loss` its own way.
+`gradkit.monitor`): what the three backends share; each differentiates `half_loss` its own way, in its
+`noise_scale.py`.
 
 `first_half(data)` gives `(half, b1, b)`: the step's data cut to its first `b1 = b // 2` rows (x, y and
 sample weights alike) and the batch size `b` (ints, or scalar int32 tensors where TensorFlow traces an
@@ -7,7 +8,8 @@ unknown batch size). `half_loss(model, trainable, non_trainable, metrics, half, 
 minimizes (Keras' `compute_loss`: the compiled loss with its sample-weight convention, plus the model's
 regularization losses) on those rows, stateless: no variable changes (BatchNorm's moving statistics,
 the metrics, the seed generators' states are read, their updates dropped), times the loss-scale factor
-`scale` (None: 1) so that its gradient is scaled as the step's own.
+`scale` (None: 1) so that its gradient is scaled as the step's own. `mean_reduced(loss)` tells whether a
+compiled loss averages over the rows, which the half-batch split of JAX and PyTorch needs.
 """
 
 import keras
@@ -52,3 +54,11 @@ def half_loss(model, trainable, non_trainable, metrics, half, scale=None):
         )
     loss = keras.ops.cast(loss, "float32")
     return loss if scale is None else loss * keras.ops.cast(scale, "float32")
+
+
+def mean_reduced(loss):
+    """Whether a compiled loss (a name, a function, a `keras.losses.Loss`) averages over the batch rows
+    (the half-batch gradient split of JAX's and PyTorch's `noise_scale.py` is exact only then)."""
+    if isinstance(loss, str) or (callable(loss) and not isinstance(loss, keras.losses.Loss)):
+        return True  # wrapped by Keras with its default reduction
+    return getattr(loss, "reduction", None) == "sum_over_batch_size"

@@ -10,9 +10,25 @@ from gradkit.errors import DisconnectedGradientError
 # Primitives whose derivative is zero everywhere: a loss reached only through them does not depend on
 # its inputs in any useful way (TensorFlow returns None for them; JAX returns zeros silently).
 _ZERO_DERIVATIVE = {
-    "argmax", "argmin", "round", "floor", "ceil", "sign", "eq", "ne", "lt", "le", "gt", "ge",
-    "and", "or", "not", "xor", "is_finite", "stop_gradient",
-}  # fmt: skip
+    "argmax",
+    "argmin",
+    "round",
+    "floor",
+    "ceil",
+    "sign",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "and",
+    "or",
+    "not",
+    "xor",
+    "is_finite",
+    "stop_gradient",
+}
 
 
 def _float(var):

@@ -1,4 +1,4 @@
-"""JAX: the step's own gradient taken as the gradients of its batch's two halves (the noise scale).
+"""JAX's noise scale: the step's own gradient taken as the gradients of its batch's two halves.
 
 Keras' JAX `train_step` differentiates `model.compute_loss_and_updates` w.r.t. the trainable values it is
 given. `split_step` gives it the pair `(values, values)` and, for that one call, a loss that runs the
@@ -11,21 +11,22 @@ regularization terms). At w_a = w_b = w, L is the loss of the whole batch, and i
 pair is `(g_a, g_b) = ((b1 / b) G_1, (b2 / b) G_2)`: the step applies `G = g_a + g_b`, the batch's
 gradient (the same numbers up to float rounding: two half-batch products summed instead of one), and
 the noise scale reads `G_1 = (b / b1) g_a` and `G_2 = (b / b2) g_b` from the same backward pass, with
-no extra forward or backward pass (`_noise_scale.py`). Per-row predictions are concatenated back, so
-the step's loss tracker and compiled metrics see the whole batch.
+no extra forward or backward pass (`gradkit.monitor`'s noise scale). Per-row predictions are
+concatenated back, so the step's loss tracker and compiled metrics see the whole batch.
 
 This is exact only where the loss is a mean over rows plus rows-independent terms and no layer mixes
 rows or draws randomness: `splittable` checks that (no non-trainable variables, so no BatchNorm
 statistics and no seed states; Keras' own `train_step` and `compute_loss`; losses reduced with
-"sum_over_batch_size"; no activity regularizers). Elsewhere the caller takes the first half's gradient
-with an extra pass (`_halves.py`), which leaves the step untouched.
+"sum_over_batch_size"; no activity regularizers). Elsewhere the first half's gradient comes from an
+extra pass (`halves_of`, `common/halves.py`), which leaves the step untouched.
 """
 
+import jax
 import jax.numpy as jnp
 import keras
 from keras.src.backend.jax.trainer import JAXTrainer
 
-from gradkit.backend._common import mean_reduced
+from gradkit.backend.common.halves import first_half, half_loss, mean_reduced
 
 
 def splittable(model, step_cls, data):
@@ -92,3 +93,18 @@ def combine(grads, trainable, rows):
 def split_rows(data):
     """The batch size of `data` (an int: JAX shapes are static)."""
     return int(keras.tree.flatten(keras.utils.unpack_x_y_sample_weight(data)[0])[0].shape[0])
+
+
+def halves_of(model, state, data, scale):
+    """The thunk for the halves' gradient where the step is not split: `(g1, b1, b)`, the gradient of
+    the loss on the first half of `data` at the step's input state, scaled by `scale` as the step's own
+    (`common/halves.py`)."""
+
+    def halves():
+        half, b1, b = first_half(data)
+        if b1 == 0:  # a batch of one row: no half (the caller refuses it or leaves the step out)
+            return [jnp.zeros_like(t) for t in state[0]], b1, b
+        loss = lambda t: half_loss(model, t, state[1], state[3], half, scale)  # noqa: E731
+        return list(jax.grad(loss)(list(state[0]))), b1, b
+
+    return halves

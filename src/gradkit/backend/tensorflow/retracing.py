@@ -9,15 +9,15 @@ import tensorflow as tf
 class _OwnTracesFilter(logging.Filter):
     """Drops TensorFlow's "N out of the last N calls to ... triggered tf.function retracing" about
     gradkit's own functions: TensorFlow counts traces per code object, so one `compile_grad` (or
-    `compile_forward`) per model
-    (each traced once per input signature, see `trace_count`) reads to it as one function retracing.
+    `compile_forward`) per model (each traced once per input signature, see `trace_count`) reads to it
+    as one function retracing.
     """
 
     def filter(self, record):
         message = record.getMessage()
         own = any(
             f"{name}.<locals>" in message
-            for name in ("compile_grad", "compile_forward", "compile_step", "tf_search")
+            for name in ("compile_grad", "compile_forward", "compile_step", "compile_search")
         )
         return "tf.function retracing" not in message or not own
 
