@@ -121,11 +121,17 @@ def _prepare(args, inputs):
     x, y = x[: args.n_points], y[: args.n_points]
     model = inputs.load_model(args.model, args.model_fn, input_shape=x.shape[1:], n_classes=n_classes)
     options = {
-        "epsilons": sorted(set(args.eps)), "norm": args.norm, "attacks": args.attacks or args.suite,
-        "clip_values": tuple(args.clip_values), "batch_size": args.batch_size, "seed": args.seed,
-        "steps": args.steps, "n_queries": args.n_queries, "verbose": 0 if args.no_progress else 1,
+        "epsilons": sorted(set(args.eps)),
+        "norm": args.norm,
+        "attacks": args.attacks or args.suite,
+        "clip_values": tuple(args.clip_values),
+        "batch_size": args.batch_size,
+        "seed": args.seed,
+        "steps": args.steps,
+        "n_queries": args.n_queries,
+        "verbose": 0 if args.no_progress else 1,
         "eot_iter": args.eot_iter,
-    }  # fmt: skip
+    }
     if args.shard is not None:
         k, n = args.shard
         if not 1 <= k <= n:
@@ -145,7 +151,7 @@ def _join(args):
         return
     import keras
 
-    if keras.backend.backend() != "jax" or backend.processes() is None:
+    if not backend.DATA_PARALLEL or backend.processes() is None:
         given = "--shard" if args.shard else f"processes={backend.processes()}"
         raise ValueError(
             "`--mesh` needs the jax backend in a jax.distributed group (JAX_COORDINATOR_ADDRESS, "

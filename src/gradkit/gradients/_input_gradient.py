@@ -115,13 +115,16 @@ class InputGradient:
         self.from_probabilities = [not is_logits for _, is_logits in self._forward]
         self.loss_scale = loss_scale(self.ensemble.models)
         self._kwargs = training_kwargs(first, self.training)
-        if self.training and backend.NAME == "torch":
+        if self.training and backend.UNSEEDED_LAYERS_DRAW_GLOBALLY:
             _warn_unseeded(self.ensemble.models)
         self._options = dict(
-            loss=loss, training=self.training, output=self.output_index, stacked=self._stacked,
+            loss=loss,
+            training=self.training,
+            output=self.output_index,
+            stacked=self._stacked,
             batch_size=self.batch_size,  # its own shapes: trace_count counts this configuration's traces
             devices=backend.batch_multiple(),  # a data-parallel layout is another configuration
-        )  # fmt: skip
+        )
         self._split = variable_split(self.ensemble.models)
         self._fn = compiled(self.ensemble.models, "input", self._compile, **self._options)
 

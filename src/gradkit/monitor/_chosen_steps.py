@@ -19,7 +19,7 @@ The host knows the index of every step in one of two ways (`how_to_count`):
   `make_train_function` is called (at the start of each `fit` and each `train_on_batch`), then counted
   on the host: no read per step (a read would wait for JAX's queued steps).
 - "read": elsewhere on TensorFlow and PyTorch, whose calls return when their steps are done, the
-  counter is read before each call (tens of microseconds). With `steps_per_execution=k` (TensorFlow)
+  counter is read before each call (a cheap read). With `steps_per_execution=k` (TensorFlow)
   a call runs the tracked function, with its traced conditional, where any of its k steps may be
   recorded, and the plain one elsewhere.
 
@@ -44,7 +44,7 @@ def how_to_count(model, every_n_steps):
     wrapped = getattr(optimizer, "inner_optimizer", None) is not None  # may skip steps (loss scaling)
     if getattr(model, "steps_per_execution", 1) == 1 and not wrapped:
         return "count"
-    return None if backend.NAME == "jax" else "read"
+    return "read" if backend.COUNTER_READABLE_BETWEEN_CALLS else None
 
 
 class ChosenTrainFunction:

@@ -27,8 +27,8 @@ class NormValues:
     for none; a norm is linear in its argument, so this equals unscaling the gradients). None gradients
     count as zero; NaN and inf propagate to every norm whose weights hold them.
 
-    No `keras.ops` on the per-step path: on eager PyTorch a `keras.ops` call costs 15-50 us of dtype
-    handling, more than the tensor operation it wraps.
+    No `keras.ops` on the per-step path: on eager PyTorch a `keras.ops` call's dtype handling costs more
+    than the tensor operation it wraps.
 
     Args:
         groups: list of lists of int, the indices (in the gradient list) of each group's weights, as
@@ -58,7 +58,7 @@ class NormValues:
             matrix[row, [column[i] for i in group if i in column]] = 1.0
         matrix[-1, -1] = 1.0
         constants = keras.ops.convert_to_tensor(matrix), keras.ops.convert_to_tensor(1.0, "float32")
-        if backend.EAGER:  # traced backends build them inside each trace (a tensor is tied to its graph)
+        if backend.STEPS_RUN_EAGERLY:  # else built inside each trace (a tensor is tied to its graph)
             self._cache[key] = constants
         return constants
 
