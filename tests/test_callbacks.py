@@ -25,9 +25,9 @@ NORM_PATHS = ["host", "tensor"] if keras.backend.backend() == "torch" else ["com
 @pytest.fixture(params=NORM_PATHS)
 def norm_path(request, monkeypatch):
     if request.param == "tensor":
-        from gradkit.backend import torch as torch_backend
+        from gradkit.backend.torch import norms as torch_norms
 
-        monkeypatch.setattr(torch_backend, "_HOST_ON_CPU", False)
+        monkeypatch.setattr(torch_norms, "_HOST_ON_CPU", False)
     return request.param
 
 

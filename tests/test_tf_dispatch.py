@@ -1,5 +1,6 @@
-"""TensorFlow's step dispatch (`backend._tf_dispatch.dispatcher`): the concrete function of each argument
-signature, called on the flattened tensors, gives the `tf.function`'s own outputs and traces as often."""
+"""TensorFlow's step dispatch (`backend.tensorflow.dispatch.dispatcher`): the concrete function of each
+argument signature, called on the flattened tensors, gives the `tf.function`'s own outputs and traces as
+often."""
 
 import keras
 import numpy as np
@@ -10,7 +11,7 @@ if keras.backend.backend() != "tensorflow":
 
 import tensorflow as tf  # noqa: E402
 
-from gradkit.backend._tf_dispatch import dispatcher  # noqa: E402
+from gradkit.backend.tensorflow.dispatch import dispatcher  # noqa: E402
 
 
 def _function():

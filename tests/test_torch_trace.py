@@ -1,4 +1,4 @@
-"""PyTorch's per-signature TorchScript traces (`gradkit.backend._torch_trace`): exact or not used.
+"""PyTorch's per-signature TorchScript traces (`gradkit.backend.torch.trace`): exact or not used.
 
 A trace replays the torch operations of one call; these tests check that it gives the eager values and
 gradients, that a trace which froze a value-dependent branch or a random draw is refused, and that
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(keras.backend.backend() != "torch", reason="PyTo
 if keras.backend.backend() == "torch":
     import torch
 
-    from gradkit.backend import _torch_trace
+    from gradkit.backend.torch import trace as _torch_trace
 
 
 def _cnn(seed=0):

@@ -151,7 +151,7 @@ def _join(args):
         return
     import keras
 
-    if keras.backend.backend() != "jax" or backend.processes() is None:
+    if not backend.DATA_PARALLEL or backend.processes() is None:
         given = "--shard" if args.shard else f"processes={backend.processes()}"
         raise ValueError(
             "`--mesh` needs the jax backend in a jax.distributed group (JAX_COORDINATOR_ADDRESS, "

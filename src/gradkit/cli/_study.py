@@ -161,9 +161,11 @@ def use_devices(n):
     """
     import keras
 
+    from gradkit import backend
+
     if n < 1:
         raise ValueError(f"--devices must be >= 1. Received: {n}")
-    if keras.backend.backend() != "jax":
+    if not backend.DATA_PARALLEL:
         raise ValueError(
             "--devices needs the JAX backend: gradkit shards work with keras.distribution, which "
             f"Keras supports on JAX only. Received: KERAS_BACKEND={keras.backend.backend()}"

@@ -115,7 +115,7 @@ class InputGradient:
         self.from_probabilities = [not is_logits for _, is_logits in self._forward]
         self.loss_scale = loss_scale(self.ensemble.models)
         self._kwargs = training_kwargs(first, self.training)
-        if self.training and backend.NAME == "torch":
+        if self.training and backend.UNSEEDED_LAYERS_DRAW_GLOBALLY:
             _warn_unseeded(self.ensemble.models)
         self._options = dict(
             loss=loss,

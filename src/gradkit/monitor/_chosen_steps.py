@@ -42,7 +42,7 @@ def how_to_count(model, every_n_steps):
     wrapped = getattr(optimizer, "inner_optimizer", None) is not None  # may skip steps (loss scaling)
     if getattr(model, "steps_per_execution", 1) == 1 and not wrapped:
         return "count"
-    return None if backend.NAME == "jax" else "read"
+    return "read" if backend.COUNTER_READABLE_BETWEEN_CALLS else None
 
 
 class ChosenTrainFunction:

@@ -86,8 +86,8 @@ def needs_weights(groups):
 def needs_halves(groups):
     """Whether the gradient of the first half of the step's batch is taken ("noise_scale"): on JAX and
     PyTorch, where exact, from the step's own backward pass taken as its two halves'
-    (`gradkit.backend._jax_split`, `_torch_split`); elsewhere one more forward and backward pass over
-    half the rows, on recorded steps only (`_noise_scale`)."""
+    (`gradkit.backend.jax.noise_scale`, `torch.noise_scale`); elsewhere one more forward and backward
+    pass over half the rows, on recorded steps only (`_noise_scale`)."""
     return "noise_scale" in groups
 
 

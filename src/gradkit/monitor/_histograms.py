@@ -83,7 +83,7 @@ def appended(values, context, grads, rows, shapes):
     `due` flag inserted before the weight: the table on the first recorded step at or after
     `context["hist_from"]`, zeros (and `due` 0) on the others (a traced conditional)."""
     host = isinstance(values, list)
-    if backend.EAGER:
+    if backend.STEPS_RUN_EAGERLY:
         due = context["iteration"] >= context["hist_from"]
     else:
         due = keras.ops.cast(context["iteration"], "float32") >= context["hist_from"]

@@ -30,7 +30,7 @@ def estimates(ops, sums, b1, b, scale):
     In a training step, B_big = b, the step's batch, and G_big its gradient (the one the optimizer
     received, loss scale divided out); B_small = b1 = b // 2 and G_small = g1, the gradient of the
     batch's first b1 rows, and also B_small = b - b1 with g2 = (b G_big - b1 g1) / (b - b1), the
-    gradient of the other rows. Where it is exact (JAX and PyTorch, `gradkit.backend._jax_split`), the
+    gradient of the other rows. Where it is exact (JAX and PyTorch, `gradkit.backend.jax.noise_scale`), the
     step's own backward pass gives g1 and g2 (the step's gradient is their weighted sum); elsewhere g1
     takes one more forward and backward pass over the first b1 rows. Per layer, the same with that
     layer's weights.

@@ -58,7 +58,7 @@ class NormValues:
             matrix[row, [column[i] for i in group if i in column]] = 1.0
         matrix[-1, -1] = 1.0
         constants = keras.ops.convert_to_tensor(matrix), keras.ops.convert_to_tensor(1.0, "float32")
-        if backend.EAGER:  # traced backends build them inside each trace (a tensor is tied to its graph)
+        if backend.STEPS_RUN_EAGERLY:  # else built inside each trace (a tensor is tied to its graph)
             self._cache[key] = constants
         return constants
 

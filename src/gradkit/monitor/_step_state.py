@@ -23,12 +23,13 @@ def step_state(model, args, every_n_steps, metric):
     if accumulators and len(accumulators) == len(model.trainable_variables):
         *acc, iteration = backend.values_before_step(model, args, [*accumulators, iterations])
         state.update(acc=acc, iteration=iteration)
-    elif optimizer.built or backend.NAME != "jax":  # the counter exists before the optimizer is built
-        # (JAX's step state holds it only once it is); a traced step must read it, not fix it at 0.
+    elif optimizer.built or not backend.ITERATIONS_IN_STATE_ONCE_BUILT:
+        # The counter exists before the optimizer is built (JAX's step state holds it only once it is);
+        # a traced step must read it, not fix it at 0.
         (state["iteration"],) = backend.values_before_step(model, args, [iterations])
     if metric.hist_size:
         (state["hist_from"],) = backend.metric_values_before_step(model, args, [metric.hist_from])
-    if backend.EAGER:  # PyTorch decides on the host whether the step is sampled
+    if backend.STEPS_RUN_EAGERLY:  # the host decides whether the step is sampled
         state["iteration"] = int(state["iteration"])
         state["hist_from"] = float(state.get("hist_from", "inf"))
     return state
