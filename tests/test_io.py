@@ -1,4 +1,5 @@
-"""Atomic writes: whole files with the usual permissions, no temporary left, the old file kept on failure."""
+"""Atomic writes (`gradkit._io`): whole files with the usual permissions, no temporary left, the old file
+kept on failure."""
 
 import os
 import pathlib

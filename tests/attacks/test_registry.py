@@ -54,3 +54,16 @@ def test_the_vote_not_the_soft_mean_is_the_decision():
     assert ens.predict(x, voting="soft").tolist() == [1, 1, 1]
     assert decide(ens, x).tolist() == ens.predict(x).tolist() == [0, 0, 0]
     assert gradkit.evaluate(ens, x, [0, 0, 0], eps=0.0, attacks=["fgsm"], verbose=0).clean_accuracy == 1.0
+
+
+def test_pgd_judges_success_on_the_attacked_output():
+    """Success is read on `output=`'s head, not on output 0."""
+    inp = keras.Input((4,))
+    first = keras.layers.Dense(3, name="first")(inp)
+    second = keras.layers.Dense(3, name="second")(inp)
+    model = keras.Model(inp, [first, second])
+    x = np.random.RandomState(1).uniform(0, 1, (16, 4)).astype("float32")
+    y = np.asarray(model.predict(x, verbose=0)[1]).argmax(1)
+    attacked = run_attack("pgd", model, x, y, eps=1.0, steps=10, output="second")
+    pred = np.asarray(model.predict(np.asarray(attacked.x_adv), verbose=0)[1]).argmax(1)
+    np.testing.assert_array_equal(attacked.success, pred != y)

@@ -1,4 +1,6 @@
-"""AdaBoost.M1 and SAMME: cases B1 and B2, scikit-learn agreement, staged output, errors, ensembles."""
+"""AdaBoost.M1 and SAMME (`gradkit.boosting._adaboost`, the loop of `_base`): learner weights and stopping
+rules on deterministic stub learners, Keras learners honouring sample weights, scikit-learn agreement,
+staged output, errors, ensembles."""
 
 import math
 
@@ -13,6 +15,8 @@ from sklearn.tree import DecisionTreeClassifier
 import gradkit
 from gradkit.boosting import SAMME, AdaBoostM1
 from gradkit.errors import WorseThanRandomError
+
+# gradients' private cache: the seam that shows the one compiled gradient a booster's attacks share
 from gradkit.gradients._cache import cached_values
 
 
@@ -47,7 +51,7 @@ X10 = np.arange(10, dtype=np.float64)[:, None]
 Y3 = np.array([0, 1, 2, 0, 1, 2, 0, 1, 2, 0])
 
 
-def test_b2_samme_keeps_error_06_then_discards_worse_than_random():
+def test_samme_keeps_error_06_then_discards_worse_than_random():
     log = []
     est = SAMME(stub_fn([right_on(range(4)), right_on(range(3))], 3, log), n_estimators=5, verbose=0)
     est.fit(X10, Y3)
@@ -62,14 +66,14 @@ def test_b2_samme_keeps_error_06_then_discards_worse_than_random():
     assert log[1].mean() == pytest.approx(1.0, rel=1e-12)
 
 
-def test_b2_first_round_worse_than_random_raises():
+def test_first_round_worse_than_random_raises():
     with pytest.raises(WorseThanRandomError, match="worse than random"):  # a ValueError
         SAMME(stub_fn([right_on(range(3))], 3, []), verbose=0).fit(X10, Y3)  # 0.7 >= 1 - 1/3
     with pytest.raises(ValueError, match="worse than random"):
         AdaBoostM1(stub_fn([right_on(range(4))], 3, []), verbose=0).fit(X10, Y3)  # 0.6 >= 1/2
 
 
-def test_b2_adaboost_m1_stops_at_half_and_keeps_earlier_rounds():
+def test_adaboost_m1_stops_at_half_and_keeps_earlier_rounds():
     masks = [right_on(range(6)), right_on([6, 7, 8])]  # errors 0.4, then 6/12 + 1/8 = 0.625
     est = AdaBoostM1(stub_fn(masks, 3, []), n_estimators=4, verbose=0).fit(X10, Y3)
     np.testing.assert_allclose(est.estimator_errors_, [0.4], rtol=1e-12)
@@ -77,7 +81,7 @@ def test_b2_adaboost_m1_stops_at_half_and_keeps_earlier_rounds():
     assert len(est.estimators_) == 1
 
 
-def test_b2_two_classes_both_give_log_odds():
+def test_two_classes_both_give_log_odds():
     y2 = Y3 % 2
     masks = [right_on(range(7)), right_on(range(3, 10))]
     fits = [cls(stub_fn(masks, 2, []), n_estimators=2, verbose=0).fit(X10, y2) for cls in (SAMME, AdaBoostM1)]
@@ -160,7 +164,7 @@ def sigmoid_learner(epochs=5):
     return build
 
 
-def test_b1_keras_learner_honours_sample_weights():
+def test_keras_learner_honours_sample_weights():
     x, y = blobs(2, n=200, seed=3, spread=0.0)
     x[:, 0] += np.where(y == 0, -0.7, 0.7)  # two overlapping blobs along the first axis
     w = np.where(y == 0, 10.0, 1.0)  # weights concentrated on class 0
@@ -178,7 +182,7 @@ def test_b1_keras_learner_honours_sample_weights():
     np.testing.assert_array_equal(est.predict(x), pred.astype(int))
 
 
-def test_b1_learner_without_sample_weight_is_refused_before_training():
+def test_learner_without_sample_weight_is_refused_before_training():
     calls = []
 
     class NoWeights:
@@ -295,46 +299,6 @@ def analytic_gradient(ens, x, y):
     return total
 
 
-def test_adversarial_rounds_train_on_clean_plus_attacked_copies():
-    attacks = pytest.importorskip("gradkit.attacks")
-    seen = []
-
-    class Recording(keras.Sequential):
-        def fit(self, x=None, y=None, sample_weight=None, **kwargs):
-            seen.append((np.array(x), np.array(sample_weight), self.get_weights()))
-            return super().fit(x, y, sample_weight=sample_weight, **kwargs)
-
-    def build():
-        model = Recording(
-            [keras.Input((2,)), keras.layers.Dense(16, activation="tanh"), keras.layers.Dense(3)]
-        )
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        model.compile(optimizer=keras.optimizers.Adam(0.1), loss=loss, run_eagerly=True)
-        return model
-
-    rng = np.random.RandomState(0)
-    y = np.arange(60) % 3
-    x = (np.array([[0.0, 0.0], [2.5, 0.0], [0.0, 2.5]])[y] + rng.randn(60, 2) * 0.8).astype("float32")
-    est = SAMME(
-        build,
-        n_estimators=2,
-        fit_kwargs={"epochs": 5, "batch_size": 16},
-        random_state=0,
-        verbose=0,
-        adversarial={"attack": "fgsm", "eps": 0.1},
-    ).fit(x, y)
-    assert len(est.estimators_) == 2 and [len(s[0]) for s in seen] == [60, 120, 120]  # round 0 fits twice
-    for xs, sw, _ in seen[1:]:
-        np.testing.assert_array_equal(xs[:60], x)
-        np.testing.assert_array_equal(sw[:60], sw[60:])  # the copy of sample i carries w_i
-        assert np.abs(xs[60:] - x).max() == pytest.approx(0.1, abs=1e-6)
-    first = build()  # round 0 attacks its own learner as it was after the clean fit
-    first.set_weights(seen[1][2])
-    np.testing.assert_array_equal(seen[1][0][60:], attacks.fgsm(first, x, y, eps=0.1))
-    ensemble_so_far = gradkit.WeightedEnsemble(est.estimators_[:1], est.estimator_weights_[:1])
-    np.testing.assert_array_equal(seen[2][0][60:], attacks.fgsm(ensemble_so_far, x, y, eps=0.1))
-
-
 def test_attacks_on_a_booster_share_one_compiled_gradient():
     rng = np.random.RandomState(0)
     x = rng.rand(40, 2).astype("float32")
@@ -436,3 +400,15 @@ def test_samme_equals_scikit_learn_with_a_logistic_regression_learner():
         ours.estimator_weights_, ref.estimator_weights_[: len(ref)], rtol=0, atol=1e-10
     )
     np.testing.assert_array_equal(ours.predict(x), ref.predict(x))
+
+
+def test_boosting_hands_a_class_name_loss_its_labels():
+    def build():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
+        model.compile(optimizer=keras.optimizers.SGD(0.5), loss="SparseCategoricalCrossentropy")
+        return model
+
+    x = np.random.RandomState(0).randn(60, 4).astype("float32")
+    y = x[:, :3].argmax(axis=1)  # the sparse loss gets ids (one-hot rows would fail in fit)
+    est = SAMME(build, n_estimators=1, fit_kwargs={"epochs": 20}, random_state=0, verbose=0).fit(x, y)
+    assert len(est.estimators_) == 1 and est.score(x, y) > 0.6

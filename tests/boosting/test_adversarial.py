@@ -1,4 +1,6 @@
-"""Adversarial boosting with `adversarial["mode"] = "fit"`: members adversarially trained inside `fit`."""
+"""Adversarial boosting (`gradkit.boosting._adversarial`): rounds in "augment" mode train on clean plus
+attacked copies and are judged on their adversarial examples; in "fit" mode the members are adversarially
+trained inside `fit`; the `adversarial` dict's checks, defaults, saving and resume."""
 
 import functools
 import zipfile
@@ -11,6 +13,8 @@ from sklearn.tree import DecisionTreeClassifier
 import gradkit
 from gradkit.attacks import pgd
 from gradkit.boosting import SAMME, AdaBoostM1
+
+# training's private record of what is installed: the seam that shows a member keeps no trace of it
 from gradkit.training._install import installed_state
 
 from conftest import blobs, tsipras
@@ -158,3 +162,72 @@ def test_a_loaded_fit_keeps_why_boosting_stopped(tmp_path):
     loaded = gradkit.load(tmp_path / "fit")
     assert loaded.stop_reason_ == est.stop_reason_
     assert (est.stop_reason_ is None) == (len(est.estimators_) == 4)
+
+
+def test_adversarial_rounds_train_on_clean_plus_attacked_copies():
+    attacks = pytest.importorskip("gradkit.attacks")
+    seen = []
+
+    class Recording(keras.Sequential):
+        def fit(self, x=None, y=None, sample_weight=None, **kwargs):
+            seen.append((np.array(x), np.array(sample_weight), self.get_weights()))
+            return super().fit(x, y, sample_weight=sample_weight, **kwargs)
+
+    def build():
+        model = Recording(
+            [keras.Input((2,)), keras.layers.Dense(16, activation="tanh"), keras.layers.Dense(3)]
+        )
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        model.compile(optimizer=keras.optimizers.Adam(0.1), loss=loss, run_eagerly=True)
+        return model
+
+    rng = np.random.RandomState(0)
+    y = np.arange(60) % 3
+    x = (np.array([[0.0, 0.0], [2.5, 0.0], [0.0, 2.5]])[y] + rng.randn(60, 2) * 0.8).astype("float32")
+    est = SAMME(
+        build,
+        n_estimators=2,
+        fit_kwargs={"epochs": 5, "batch_size": 16},
+        random_state=0,
+        verbose=0,
+        adversarial={"attack": "fgsm", "eps": 0.1},
+    ).fit(x, y)
+    assert len(est.estimators_) == 2 and [len(s[0]) for s in seen] == [60, 120, 120]  # round 0 fits twice
+    for xs, sw, _ in seen[1:]:
+        np.testing.assert_array_equal(xs[:60], x)
+        np.testing.assert_array_equal(sw[:60], sw[60:])  # the copy of sample i carries w_i
+        assert np.abs(xs[60:] - x).max() == pytest.approx(0.1, abs=1e-6)
+    first = build()  # round 0 attacks its own learner as it was after the clean fit
+    first.set_weights(seen[1][2])
+    np.testing.assert_array_equal(seen[1][0][60:], attacks.fgsm(first, x, y, eps=0.1))
+    ensemble_so_far = gradkit.WeightedEnsemble(est.estimators_[:1], est.estimator_weights_[:1])
+    np.testing.assert_array_equal(seen[2][0][60:], attacks.fgsm(ensemble_so_far, x, y, eps=0.1))
+
+
+def _separable(n=120, seed=0):
+    """Two classes on a line, apart by a gap 0.4..0.6 (a perfect clean fit), as two identical features."""
+    rng = np.random.RandomState(seed)
+    y = np.arange(n) % 2
+    t = np.where(y == 0, rng.uniform(0.0, 0.4, n), rng.uniform(0.6, 1.0, n)).astype(np.float32)
+    return np.stack([t, t], axis=1), y
+
+
+def _linear():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile(keras.optimizers.Adam(0.1), "sparse_categorical_crossentropy")
+    return model
+
+
+@pytest.mark.slow
+def test_adversarial_rounds_are_judged_on_their_adversarial_examples():
+    x, y = _separable()
+    options = {"n_estimators": 2, "fit_kwargs": {"epochs": 40, "verbose": 0}, "random_state": 0, "verbose": 0}
+    clean = gradkit.AdaBoostM1(_linear, **options).fit(x, y)
+    assert len(clean.estimators_) == 1 and clean.stop_reason_ == "round 1 perfect (weighted error 0)"
+    adversarial = {"attack": "pgd", "eps": 0.15, "steps": 5, "eps_step": 0.075, "clip_values": (0, 1)}
+    robust = gradkit.AdaBoostM1(_linear, adversarial=adversarial, **options).fit(x, y)
+    member = robust.estimators_[0]
+    assert np.mean(member.predict(x, verbose=0).argmax(1) == y) == 1.0  # perfect on clean data ...
+    assert 0 < robust.estimator_errors_[0] < 0.5  # ... yet the round's error counts its PGD examples
+    # so boosting went on to round 2 (which a linear learner may fail: then the reason says so)
+    assert len(robust.estimators_) == 2 or robust.stop_reason_.startswith("round 2 worse than random")

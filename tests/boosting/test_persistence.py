@@ -1,4 +1,5 @@
-"""Saving, loading, checkpoints and resume of boosted Keras networks."""
+"""Saving, loading, checkpoints and resume of boosted Keras networks (`gradkit.boosting._persistence`,
+`_checkpoint`, `_load`)."""
 
 import json
 import os

@@ -1,4 +1,5 @@
-"""`gradkit` command line: options, configuration checks and exit code 2 with a message for bad input.
+"""`gradkit study` on the command line (`gradkit.cli`): options, `--norm`, exit code 2 with a message
+for bad input, `--help`, `--version` and `python -m gradkit`.
 
 None of these tests trains a model: every bad input is refused before the data set is loaded or
 anything is written.
@@ -128,28 +129,6 @@ def test_help_and_missing_subcommand(capsys):
     assert "required: command" in capsys.readouterr().err
 
 
-def test_make_config_defaults_quick_and_overrides():
-    config = study.make_config()
-    assert config["epsilons"] == [0.0, 0.02, 0.05, 0.1, 0.2, 0.3] and config["n_estimators"] == 5
-    quick = study.make_config(quick=True, n_estimators=None)
-    assert (quick["epsilons"], quick["n_estimators"], quick["epochs"]) == ([0.0, 0.1, 0.3], 2, 3)
-    assert config["attacks"] == ["fgsm", "pgd", "standard"] and config["adv_attack"] == "pgd"
-    assert (quick["apgd_steps"], quick["square_queries"]) == (5, 100)
-    every = study.make_config(attacks=["standard", "apgd-t", "square", "apgd-ce", "fgsm", "pgd"])
-    assert every["attacks"] == ["standard", "apgd-t", "square", "apgd-ce", "fgsm", "pgd"]
-    mixed = study.make_config(quick=True, epsilons=(0.2, 0, 0.2, 0.05), attacks=["pgd", "pgd"], epochs=1)
-    assert mixed["epsilons"] == [0.0, 0.05, 0.2] and mixed["attacks"] == ["pgd"] and mixed["epochs"] == 1
-    assert list(config) == list(study.DEFAULTS)
-    with pytest.raises(study.ConfigError, match=r"Unknown study options \['eps'\]"):
-        study.make_config(eps=[0.1])
-    with pytest.raises(study.ConfigError, match="`seed` must be an integer >= 0. Received: seed=True"):
-        study.make_config(seed=True)
-    with pytest.raises(study.ConfigError, match="`epsilons` must be a non-empty list"):
-        study.make_config(epsilons="0.1")
-    with pytest.raises(study.ConfigError, match="`quick` must be True or False"):
-        study.make_config(quick="yes")
-
-
 def test_console_script_exit_code():
     script = os.path.join(os.path.dirname(sys.executable), "gradkit")
     if not os.path.exists(script):
@@ -227,3 +206,23 @@ def test_adversarial_options_reach_the_study_configuration(capsys, tmp_path, mon
     given = (seen["adv_mode"], seen["adv_attack"], seen["adv_eps"], seen["adv_steps"])
     assert given == ("fit", "fgsm", 0.2, 3)
     assert study.make_config()["adv_mode"] == "augment"
+
+
+def test_command_line_norm(capsys, tmp_path, monkeypatch):
+    code, err = _main(capsys, "--norm", "l3", "--out", str(tmp_path / "a"))
+    assert code == 2 and "argument --norm: invalid choice: 'l3'" in err and not (tmp_path / "a").exists()
+    code, err = _main(capsys, "--attacks", "ddn", "--out", str(tmp_path / "b"))  # Linf by default
+    assert code == 2 and '"ddn", an L2 attack' in err and not (tmp_path / "b").exists()
+    seen = {}
+
+    def stop(options, **kwargs):
+        seen.update(study.make_config(**options))
+        raise study.ConfigError("stopped by the test")
+
+    monkeypatch.setattr(study, "run_study", stop)
+    code, err = _main(capsys, "--norm", "L2", "--attacks", "fmn,ddn", "--out", str(tmp_path / "c"))
+    assert code == 2 and "stopped by the test" in err
+    l2 = list(study.DEFAULT_EPSILONS["l2"])
+    assert (seen["norm"], seen["epsilons"], seen["adv_eps"]) == ("l2", l2, 0.5)
+    assert cli.main(["study", "--help"]) == 0
+    assert "--norm {linf,l2,l1}" in capsys.readouterr().out

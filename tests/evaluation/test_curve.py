@@ -1,5 +1,7 @@
 """robustness_curve on every backend: clean accuracy at eps=0, one trace for all epsilons, zero gradients."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -107,3 +109,28 @@ def test_bad_input_raises_before_any_work(kwargs, error, match):
     with pytest.raises(error, match=match):
         gradkit.robustness_curve(model, np.full((2, 4), 0.5, np.float32), call.pop("y"), **call)
     assert _base.gradient_for(model).trace_count == 0
+
+
+def _bump_model():
+    """1-D: class 1 (wrong) only in the band |x - 0.55| < 0.05, class 0 elsewhere; at x = 0.48 the
+    cross-entropy gradient points into the band. FGSM at eps 0.07 lands in it, at 0.2 beyond it."""
+    inp = keras.Input((1,))
+    shift = keras.layers.Dense(1)
+    square = keras.layers.Lambda(lambda t: keras.ops.square(t))
+    head = keras.layers.Dense(2)
+    model = keras.Model(inp, head(square(shift(inp))))
+    shift.set_weights([np.ones((1, 1), "float32"), np.array([-0.55], "float32")])
+    head.set_weights([np.array([[0.0, -100.0]], "float32"), np.array([0.0, 0.25], "float32")])
+    return model
+
+
+def test_a_curve_never_rises_and_says_when_the_attack_did():
+    model = _bump_model()
+    x, y = np.array([[0.48], [0.47]], "float32"), np.array([0, 0])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        curve = gradkit.robustness_curve(model, x, y, attack="fgsm", epsilons=[0.2, 0.0, 0.07])
+    assert curve["attack_accuracy"] == [1.0, 1.0, 0.0]  # FGSM alone: 0.0 at 0.07, 1.0 at 0.2
+    assert curve["accuracy"] == [0.0, 1.0, 0.0]  # the 0.07 examples lie in the 0.2 ball
+    assert any("failed at larger eps" in str(w.message) for w in caught)
+    assert curve["zero_gradient_fraction"] == 0.0

@@ -17,6 +17,7 @@ from gradkit import attacks as registry
 from gradkit.attacks import decide
 from gradkit.evaluation import Evaluation, check_curve, evaluate
 from gradkit.gradients import WeightedEnsemble
+from helpers.binary import binary_model, diagonal_data, hand_accuracy
 
 THRESHOLDS = {
     "fgsm": 0.2,
@@ -476,3 +477,96 @@ def test_evaluate_breaks_with_vote_margin_what_loss_sum_cannot_and_flags_the_dom
     names = {f["name"] for f in result.flags}
     assert "dominant_gradient" in names and "one_network" in names  # 0.6 > 0.4: member 0 is the vote
     np.testing.assert_array_equal(decide(ens, result.x_adv), np.ones(8))
+
+
+# Models users bring: one-unit binary heads, scaled logits, non-differentiable layers, an opaque softmax, no
+# compiled loss; each with its hand value.
+@pytest.mark.parametrize("head", ["sigmoid", "logit"])
+@pytest.mark.parametrize("compiled", [True, False])
+def test_evaluate_curve_and_ensemble_on_a_one_unit_head(head, compiled):
+    x, y = diagonal_data()
+    model = binary_model(head, compiled)
+    result = gradkit.evaluate(model, x, y, eps=0.1, attacks=["apgd-ce", "square"], n_queries=100, verbose=0)
+    assert result.clean_accuracy == 1.0 and result.robust_accuracy == hand_accuracy(x, 0.1)
+    curve = gradkit.robustness_curve(model, x, y, attack="pgd", epsilons=[0.0, 0.1], steps=10)
+    assert curve["accuracy"] == [1.0, hand_accuracy(x, 0.1)]
+    assert np.array_equal(gradkit.WeightedEnsemble([model, model]).predict(x), y)
+
+
+def _scaled_pair():
+    rng = np.random.RandomState(0)
+    inp = keras.Input((20,))
+    logits = keras.layers.Dense(10)(keras.layers.Dense(32, activation="tanh")(inp))
+    base = keras.Model(inp, logits)
+    for w in base.weights:
+        w.assign(rng.randn(*w.shape).astype("float32"))
+    scaled = keras.Model(inp, keras.layers.Rescaling(1e5)(logits))
+    x = rng.uniform(0, 1, (60, 20)).astype("float32")
+    return base, scaled, x, np.asarray(base.predict(x, verbose=0)).argmax(1)
+
+
+@pytest.mark.parametrize("attack", ["apgd-dlr", "square"])
+def test_dlr_and_square_are_blind_to_the_logits_scale(attack):
+    """Logits times 1e5 leave the decision, the DLR loss and the margin's sign unchanged: the attacks
+    must break the same points (the true class was once shifted out of the max by only 1e4)."""
+    base, scaled, x, y = _scaled_pair()
+    kwargs = dict(eps=0.05, clip_values=(0, 1), attacks=[attack], n_queries=300, steps=30, verbose=0)
+    a = gradkit.evaluate(base, x, y, **kwargs)
+    b = gradkit.evaluate(scaled, x, y, **kwargs)
+    assert a.robust_accuracy < 0.8
+    assert abs(a.robust_accuracy - b.robust_accuracy) <= 1 / 60 + 1e-9
+
+
+def _quantized_model():
+    rng = np.random.RandomState(0)
+    inp = keras.Input((4,))
+    rounded = keras.layers.Lambda(lambda t: keras.ops.round(t * 4) / 4)(inp)
+    dense = keras.layers.Dense(3)
+    model = keras.Model(inp, dense(rounded))
+    dense.set_weights([rng.randn(4, 3).astype("float32"), np.zeros(3, "float32")])
+    x = rng.uniform(0, 1, (48, 4)).astype("float32")
+    return model, x, np.asarray(model.predict(x, verbose=0)).argmax(1)
+
+
+def test_a_non_differentiable_model_is_flagged_and_square_gives_the_number():
+    model, x, y = _quantized_model()
+    result = gradkit.evaluate(model, x, y, eps=0.15, clip_values=(0, 1), n_queries=300, verbose=0)
+    names = [f["name"] for f in result.flags]
+    assert "non_differentiable" in names and "zero_gradient" in names
+    assert result.per_attack["apgd-ce"]["no_gradient"] and result.per_attack["apgd-ce"]["n_broken"] == 0
+    broken = np.array([b == "square" for b in result.broken_by])
+    assert broken.sum() > 0 and result.robust_accuracy == 1.0 - broken.mean()
+    # every reported break is real: the examples fool the model, inside the ball and the range
+    pred = np.asarray(model.predict(result.x_adv[broken], verbose=0)).argmax(1)
+    assert np.all(pred != y[broken]) and np.abs(result.x_adv - x).max() <= 0.15 + 1e-6
+
+
+def test_classic_attacks_flag_probabilities_like_apgd():
+    """A subclassed softmax model: gradkit cannot remove the softmax, so every gradient attack reads
+    log-probabilities, and `evaluate` says so for PGD as for APGD."""
+
+    class SoftmaxNet(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(3)
+
+        def call(self, x):
+            return keras.ops.softmax(self.dense(x))
+
+    model = SoftmaxNet()
+    x = np.random.RandomState(0).uniform(0, 1, (12, 4)).astype("float32")
+    model.compile(loss="sparse_categorical_crossentropy")
+    y = np.asarray(model.predict(x, verbose=0)).argmax(1)
+    for attack in ("pgd", "apgd-ce"):
+        result = gradkit.evaluate(model, x, y, eps=0.05, attacks=[attack], steps=5, verbose=0)
+        assert "probabilities" in [f["name"] for f in result.flags], attack
+
+
+def test_pgd_in_evaluate_needs_no_compiled_loss():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    x = np.random.RandomState(0).uniform(0, 1, (12, 4)).astype("float32")
+    y = np.asarray(model.predict(x, verbose=0)).argmax(1)
+    result = gradkit.evaluate(model, x, y, eps=0.5, attacks=["pgd", "fgsm"], steps=10, verbose=0)
+    assert result.clean_accuracy == 1.0 and result.robust_accuracy < 1.0
+    x_adv = gradkit.fgsm(model, x, y, eps=0.1)
+    assert np.abs(x_adv - x).max() == pytest.approx(0.1, abs=1e-6)

@@ -1,7 +1,8 @@
-"""BatchNormalization in training mode: the batch statistics are those of exactly the rows given.
+"""Rows in batches (`gradkit.gradients._batches`) with BatchNormalization in training mode: the batch
+statistics are those of exactly the rows given.
 
-Scenario T3-3: gradients with training=True are never computed on a padded batch (padding rows would
-enter the batch statistics and change every row's gradient), and no model variable moves.
+Gradients with training=True are never computed on a padded batch (padding rows would enter the batch
+statistics and change every row's gradient), and no model variable moves.
 """
 
 import keras
@@ -50,7 +51,7 @@ def statistics(model):
 
 
 @pytest.mark.parametrize("training", [True, False])
-def test_t3_3_input_gradient_equals_finite_differences_of_these_rows(training):
+def test_input_gradient_equals_finite_differences_of_these_rows(training):
     model = bn_model()
     before = statistics(model)
     expected = central_difference(summed_ce(model, training), X, h=1e-3)

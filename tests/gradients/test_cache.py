@@ -1,5 +1,6 @@
-"""Nothing recompiles in the loops users write (issue: a newcomer's first hour): new ensembles of the
-same members, any sequence of row counts; the trace counts stay bounded and memory stays flat."""
+"""Compiled functions cached where they belong (`gradkit.gradients._cache`): nothing recompiles in the loops
+users write, new ensembles of the same members, any sequence of row counts; the trace counts stay bounded
+and memory stays flat."""
 
 import keras
 import numpy as np

@@ -1,4 +1,5 @@
-"""WeightedEnsemble: linearity of the input gradient, prediction, argument checks."""
+"""`WeightedEnsemble` (`gradkit.gradients._ensemble`): linearity of the input gradient, prediction, argument
+checks."""
 
 import keras
 import numpy as np

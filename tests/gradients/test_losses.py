@@ -1,18 +1,20 @@
-"""Issue 19: the same right gradient for every way Keras lets a user write a loss, an output activation, a
-label or a precision. Expected values come from a hand computation or from one SGD(learning_rate=1) step
-of `fit` itself (the update it applies is the gradient)."""
+"""Which loss gradkit differentiates (`gradkit.gradients._losses`): the same right gradient for every
+way Keras lets a user write a loss, a label or a precision; a compiled cross-entropy's `label_smoothing`
+and `ignore_class`. Expected values come from a hand computation or from one SGD(learning_rate=1) step of
+`fit` itself (the update it applies is the gradient)."""
 
 import functools
-import warnings
 
 import keras
 import numpy as np
 import pytest
 
+import gradkit
 from gradkit.attacks import fgsm
-from gradkit.boosting import SAMME
-from gradkit.gradients import AttackGradient, InputGradient, input_gradient, resolve_loss, weight_gradients
+from gradkit.gradients import input_gradient, resolve_loss, weight_gradients
 from gradkit.monitor import gradient_norm
+
+from conftest import central_difference, set_weights_from
 
 
 def fit_update(model, x, y, sample_weight=None):
@@ -99,114 +101,7 @@ def test_every_spelling_gives_per_sample_input_gradients_from_the_logits(loss, k
     assert adv.shape == X4.shape
 
 
-def test_boosting_hands_a_class_name_loss_its_labels():
-    def build():
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
-        model.compile(optimizer=keras.optimizers.SGD(0.5), loss="SparseCategoricalCrossentropy")
-        return model
-
-    x = np.random.RandomState(0).randn(60, 4).astype("float32")
-    y = x[:, :3].argmax(axis=1)  # the sparse loss gets ids (one-hot rows would fail in fit)
-    est = SAMME(build, n_estimators=1, fit_kwargs={"epochs": 20}, random_state=0, verbose=0).fit(x, y)
-    assert len(est.estimators_) == 1 and est.score(x, y) > 0.6
-
-
-# 2. Logits recovered wherever the graph shows the final softmax / sigmoid.
-W = np.array([[20, 0, 0], [0, 1, 0]], np.float32)
-X2 = np.array([[1, 0.5]], np.float32)
-
-
-def hand_softmax_gradient():
-    z = X2.astype(np.float64) @ W
-    p = np.exp(z - z.max())
-    p /= p.sum()
-    return (p - np.eye(3)[[1]]) @ W.T.astype(np.float64)  # (p - onehot) W^T: about [20, -1]
-
-
-def _softmax_head(kind, h, dense):
-    if kind == "Softmax":
-        return keras.layers.Softmax()(h)
-    if kind == "Activation":
-        return keras.layers.Activation("softmax")(h)
-    if kind == "Activation(keras.activations.softmax)":
-        return keras.layers.Activation(keras.activations.softmax)(h)
-    if kind == "keras.ops.softmax":
-        return keras.ops.softmax(h)
-    if kind == "Lambda(keras.activations.softmax)":
-        return keras.layers.Lambda(keras.activations.softmax)(h)
-    inner = keras.Sequential([keras.Input((3,)), keras.layers.Softmax()])
-    if kind == "nested Sequential":
-        return inner(h)
-    inp = keras.Input((3,))
-    return keras.Model(inp, keras.layers.Activation("softmax")(inp))(h)
-
-
-HEADS = ["Softmax", "Activation", "Activation(keras.activations.softmax)", "keras.ops.softmax",
-         "Lambda(keras.activations.softmax)", "nested Sequential", "nested Functional"]  # fmt: skip
-
-
-def head_model(kind):
-    inp = keras.Input((2,))
-    if kind == "Dense(activation='softmax')":
-        dense = keras.layers.Dense(3, activation="softmax", use_bias=False)
-        out = dense(inp)
-    elif kind == "nested Dense(activation='softmax')":
-        dense = keras.layers.Dense(3, activation="softmax", use_bias=False)
-        out = keras.Sequential([keras.Input((2,)), dense])(inp)
-    else:
-        dense = keras.layers.Dense(3, use_bias=False)
-        out = _softmax_head(kind, dense(inp), dense)
-    model = keras.Model(inp, out)
-    dense.set_weights([W])
-    model.compile(loss="sparse_categorical_crossentropy")
-    return model
-
-
-@pytest.mark.parametrize(
-    "kind", HEADS + ["Dense(activation='softmax')", "nested Dense(activation='softmax')"]
-)
-def test_softmax_written_any_way_gives_the_logit_gradient(kind):
-    model = head_model(kind)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)  # no "through the probabilities" warning
-        grad = InputGradient(model)
-        got = grad(X2, [1])
-        adv = fgsm(model, X2, [1], eps=0.1)
-    np.testing.assert_allclose(got, hand_softmax_gradient(), rtol=1e-5)
-    assert grad.from_probabilities == [False]
-    np.testing.assert_allclose(adv - X2, [[0.1, -0.1]], rtol=1e-5)  # both coordinates move
-
-
-def test_sigmoid_activation_layer_gives_the_logit_gradient():
-    inp = keras.Input((2,))
-    dense = keras.layers.Dense(1, use_bias=False)
-    model = keras.Model(inp, keras.layers.Activation("sigmoid")(dense(inp)))
-    dense.set_weights([np.array([[30.0], [-2.0]], np.float32)])
-    model.compile(loss="BinaryCrossentropy")
-    x = np.array([[1.0, 0.0]], np.float32)  # logit 30: float32 sigmoid is exactly 1
-    p = 1 / (1 + np.exp(-30.0))
-    np.testing.assert_allclose(input_gradient(model, x, [0]), [[30 * p, -2 * p]], rtol=1e-6)
-
-
-def test_opaque_softmax_warns_once_and_flags_probabilities():
-    inp = keras.Input((2,))
-    dense = keras.layers.Dense(3, use_bias=False)
-    model = keras.Model(inp, keras.layers.Lambda(lambda t: keras.ops.softmax(t))(dense(inp)))
-    dense.set_weights([W])
-    model.compile(loss="sparse_categorical_crossentropy")
-    with pytest.warns(UserWarning, match="through the probabilities"):
-        grad = InputGradient(model)
-    assert grad.from_probabilities == [True]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)
-        InputGradient(model, batch_size=1)  # once per model
-    grad(X2, [1])  # runs (its values may vanish: that is what the warning says)
-    assert AttackGradient(model).from_probabilities == [True]  # the evaluation's "probabilities" flag
-    adv = fgsm(model, X2, [1], eps=0.1)  # log-probabilities stand in for the logits: both coordinates move
-    np.testing.assert_allclose(adv - X2, [[0.1, -0.1]], rtol=1e-5)
-
-
-# 3. Mixed precision: the loss is scaled as fit's LossScaleOptimizer scales it, then unscaled.
+# 2. Mixed precision: the loss is scaled as fit's LossScaleOptimizer scales it, then unscaled.
 Y_SMALL = np.array([[2.0**-10 - 2.0**-27]], np.float32)  # residual 2**-27: d loss / d out = 2**-26
 
 
@@ -269,7 +164,7 @@ def test_float16_gradients_match_float32_within_float16_precision():
     np.testing.assert_allclose(got_x, expected_x, rtol=0, atol=1e-2 * np.abs(expected_x).max())
 
 
-# 4. Binary cross-entropy on several units: what fit takes, the update fit applies; attacks refuse.
+# 3. Binary cross-entropy on several units: what fit takes, the update fit applies; attacks refuse.
 X_ML = np.random.RandomState(2).randn(4, 3).astype("float32")
 MULTI = np.array([[1, 0], [1, 1], [0, 0], [0, 1]], np.float32)
 
@@ -292,3 +187,101 @@ def test_binary_crossentropy_on_two_units_gives_the_fit_update(activation, y):
         fgsm(model, X_ML, y, eps=0.1)
     with pytest.raises(ValueError, match="single-label classifiers"):
         fgsm(model, X_ML, None, eps=0.1)
+
+
+# 4. A compiled cross-entropy's `label_smoothing` and `ignore_class`: applied where gradkit differentiates
+# the compiled loss (as Keras computes it), refused by the attacks (whose "ce" is the plain cross-entropy).
+RNG = np.random.RandomState(2)
+X = RNG.rand(6, 3).astype("float32")
+Y = np.array([0, 1, 2, 1, 0, 2])
+
+
+def model_with(loss, activation=None):
+    """Input(3) -> Dense(5, tanh) -> Dense(3, activation), compiled with `loss` and SGD(1)."""
+    inp = keras.Input((3,))
+    hidden = keras.layers.Dense(5, activation="tanh")(inp)
+    model = set_weights_from(keras.Model(inp, keras.layers.Dense(3, activation=activation)(hidden)), seed=1)
+    model.compile(loss=loss, optimizer=keras.optimizers.SGD(learning_rate=1.0))
+    return model
+
+
+def summed_loss(model, smoothing=0.0, ignore=None):
+    """`x -> sum_i CE_i` by hand in float64: labels smoothed as Keras smooths them (y (1 - s) + s / C),
+    rows of the ignored class left out."""
+    w = [np.asarray(v, np.float64) for v in model.get_weights()]
+    target = np.eye(3)[np.where(Y == ignore, 0, Y)] * (1 - smoothing) + smoothing / 3
+    kept = Y != ignore
+
+    def value(x):
+        z = np.tanh(x @ w[0] + w[1]) @ w[2] + w[3]
+        z = z - z.max(1, keepdims=True)
+        log_p = z - np.log(np.exp(z).sum(1, keepdims=True))
+        return float(-((target * log_p).sum(1) * kept).sum())
+
+    return value
+
+
+def keras_value(model, loss, y):
+    """The compiled loss's own value on X, summed over the rows (Keras averages)."""
+    return float(keras.ops.convert_to_numpy(loss(y, model(X)))) * len(X)
+
+
+@pytest.mark.parametrize("activation", [None, "softmax"])
+def test_label_smoothing_is_applied_to_input_gradients(activation):
+    loss = keras.losses.CategoricalCrossentropy(from_logits=activation is None, label_smoothing=0.3)
+    model = model_with(loss, activation)
+    onehot = np.eye(3, dtype="float32")[Y]
+    by_hand = summed_loss(model, smoothing=0.3)
+    np.testing.assert_allclose(keras_value(model, loss, onehot), by_hand(X.astype(np.float64)), rtol=1e-5)
+    grad = gradkit.input_gradient(model, X, Y)
+    np.testing.assert_allclose(grad, central_difference(by_hand, X, h=1e-4), rtol=1e-4, atol=1e-6)
+    plain_loss = keras.losses.CategoricalCrossentropy(from_logits=activation is None)
+    plain = gradkit.input_gradient(model, X, Y, loss=plain_loss)
+    assert np.abs(plain - grad).max() > 1e-3  # the smoothing changes the gradient
+
+
+def test_ignore_class_in_input_and_weight_gradients():
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=1)
+    model = model_with(loss)
+    grad = gradkit.input_gradient(model, X, Y)
+    np.testing.assert_array_equal(grad[Y == 1], 0.0)
+    plain = gradkit.input_gradient(
+        model, X, Y, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
+    np.testing.assert_allclose(grad[Y != 1], plain[Y != 1], rtol=1e-6)
+    by_hand = summed_loss(model, ignore=1)
+    kept = np.sum(Y != 1)  # Keras averages over the kept rows
+    np.testing.assert_allclose(
+        keras_value(model, loss, Y) * kept / len(Y), by_hand(X.astype(np.float64)), rtol=1e-5
+    )
+    np.testing.assert_allclose(grad, central_difference(by_hand, X, h=1e-4), rtol=1e-4, atol=1e-6)
+    outside = np.where(Y == 1, -1, Y)  # an ignored class outside [0, C - 1]
+    other = model_with(keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=-1))
+    np.testing.assert_array_equal(gradkit.input_gradient(other, X, outside)[Y == 1], 0.0)
+    grads = gradkit.weight_gradients(model, X, Y)
+    before = [np.array(w) for w in model.get_weights()]
+    model.train_on_batch(X, Y)
+    for g, b, a in zip(grads, before, model.get_weights()):
+        np.testing.assert_allclose(g, b - a, rtol=1e-5, atol=1e-6)
+
+
+def test_label_smoothing_in_weight_gradients_equals_fit():
+    model = model_with(keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=0.3))
+    onehot = np.eye(3, dtype="float32")[Y]
+    grads = gradkit.weight_gradients(model, X, onehot)
+    before = [np.array(w) for w in model.get_weights()]
+    model.train_on_batch(X, onehot)
+    for g, b, a in zip(grads, before, model.get_weights()):
+        np.testing.assert_allclose(g, b - a, rtol=1e-5, atol=1e-6)
+
+
+def test_attacks_refuse_what_their_cross_entropy_would_drop():
+    model = model_with(keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=0.3))
+    with pytest.raises(ValueError, match=r"`loss`.*label_smoothing=0\.3.*pass loss='ce'"):
+        gradkit.fgsm(model, X, Y, eps=0.1)
+    adv = gradkit.fgsm(model, X, Y, eps=0.1, loss="ce")
+    plain = gradkit.input_gradient(model, X, Y, loss=keras.losses.CategoricalCrossentropy(from_logits=True))
+    np.testing.assert_allclose(adv, X + 0.1 * np.sign(plain), atol=1e-6)
+    ignoring = model_with(keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=1))
+    with pytest.raises(ValueError, match="ignore_class=1"):
+        gradkit.pgd(ignoring, X, Y, eps=0.1, eps_step=0.05, steps=2)

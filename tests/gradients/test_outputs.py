@@ -1,6 +1,7 @@
-"""Models with several outputs: heads found by name (dict keys, output layer names), never by position.
+"""Models with several outputs (`gradkit.gradients._outputs`): heads found by name (dict keys, output layer
+names), never by position.
 
-Scenario T3-2: a dict of two heads built in an order other than alphabetical (Keras orders dict outputs
+Most tests take a dict of two heads built in an order other than alphabetical (Keras orders dict outputs
 differently across versions, keras#20596, #20346), compiled with per-output losses and loss weights.
 """
 
@@ -51,7 +52,7 @@ def hand_cls_gradient(model, x, y):
     return ((dz @ w["cls/kernel"].T) * (1 - h**2)) @ w["hidden/kernel"].T
 
 
-def test_t3_2_input_gradient_of_the_named_head():
+def test_input_gradient_of_the_named_head():
     model = dict_model()
     grad = gradkit.input_gradient(model, X, Y_CLS, output="cls")
     np.testing.assert_allclose(grad, hand_cls_gradient(model, X, Y_CLS), rtol=1e-5, atol=1e-6)
@@ -66,7 +67,7 @@ def test_t3_2_input_gradient_of_the_named_head():
 
 
 @pytest.mark.parametrize("attack", ["fgsm", "pgd"])
-def test_t3_2_attacks_on_the_named_head(attack):
+def test_attacks_on_the_named_head(attack):
     model = dict_model()
     eps = 0.1
     expected = np.clip(X + eps * np.sign(hand_cls_gradient(model, X, Y_CLS)), 0.0, 1.0)
@@ -77,7 +78,7 @@ def test_t3_2_attacks_on_the_named_head(attack):
     np.testing.assert_allclose(adv, expected, atol=1e-6)
 
 
-def test_t3_2_weight_gradients_equal_the_update_fit_applies():
+def test_weight_gradients_of_both_heads_equal_the_update_fit_applies():
     model = dict_model()
     y = {"cls": Y_CLS, "aux": Y_AUX}
     grads = gradkit.weight_gradients(model, X, y)

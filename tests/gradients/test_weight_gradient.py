@@ -1,4 +1,5 @@
-"""weight_gradients: the gradient fit applies (cases N1, N2, G3) and finite differences."""
+"""`weight_gradients` (`gradkit.gradients._weight_gradient`): the gradient `fit` applies (the regularization's
+gradient, Keras' sample-weight convention, a head without a loss) and finite differences."""
 
 import keras
 import numpy as np
@@ -10,7 +11,8 @@ from gradkit.gradients._cache import cached_values
 from conftest import central_difference, set_weights_from
 
 
-def n1_model():
+def regularized_unit():
+    """Dense(1, no bias, L2(0.5)) with kernel [[1], [2]], mse, SGD(1)."""
     model = keras.Sequential(
         [
             keras.Input((2,)),
@@ -22,8 +24,8 @@ def n1_model():
     return model
 
 
-def test_n1_regularization_included_and_sgd_step():
-    model = n1_model()
+def test_regularization_included_and_sgd_step():
+    model = regularized_unit()
     x, y = np.zeros((4, 2), np.float32), np.zeros((4, 1), np.float32)
     (grad,) = gradkit.weight_gradients(model, x, y)
     np.testing.assert_allclose(grad, [[1.0], [2.0]], rtol=1e-6)
@@ -35,7 +37,8 @@ def test_n1_regularization_included_and_sgd_step():
     np.testing.assert_allclose(before - model.get_weights()[0], grad, rtol=1e-6)
 
 
-def n2_model():
+def unit_kernel():
+    """Dense(1, no bias) with kernel 1, mse."""
     model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False)])
     model.set_weights([np.ones((1, 1), np.float32)])
     model.compile(loss="mse")
@@ -45,8 +48,8 @@ def n2_model():
 @pytest.mark.parametrize(
     "weights, expected", [(None, 5.0), ([1.0, 0.0], 1.0), ([0.0, 0.0], 0.0), ([2.0, 2.0], 10.0)]
 )
-def test_n2_keras_sample_weight_convention(weights, expected):
-    model = n2_model()
+def test_keras_sample_weight_convention(weights, expected):
+    model = unit_kernel()
     x, y = np.array([[1.0], [2.0]], np.float32), np.zeros((2, 1), np.float32)
     (grad,) = gradkit.weight_gradients(model, x, y, sample_weight=weights)
     assert np.isfinite(grad).all()
@@ -73,7 +76,7 @@ def test_matches_finite_difference_of_keras_loss():
     assert [g.shape for g in grads] == [tuple(w.shape) for w in model.trainable_weights]
 
 
-def test_g3_disconnected_head_gets_zeros():
+def test_a_head_without_a_loss_gets_zero_gradients():
     inp = keras.Input((2,))
     head_a = keras.layers.Dense(2, name="head_a")(inp)
     head_b = keras.layers.Dense(2, name="head_b")(inp)
@@ -96,8 +99,8 @@ def test_g3_disconnected_head_gets_zeros():
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
-def test_g3_argmax_loss_raises_instead_of_zero():
-    model = n2_model()
+def test_argmax_loss_raises_instead_of_zero():
+    model = unit_kernel()
 
     def argmax_loss(y_true, y_pred):
         return keras.ops.cast(keras.ops.round(y_pred), "float32")[:, 0] * 0 + keras.ops.cast(
@@ -117,7 +120,7 @@ def test_uncompiled_model_needs_loss():
 
 
 def test_compiled_once_and_sees_new_weights():
-    model = n2_model()
+    model = unit_kernel()
     x, y = np.array([[1.0], [2.0]], np.float32), np.zeros((2, 1), np.float32)
     gradkit.weight_gradients(model, x, y)
     model.set_weights([np.full((1, 1), 2.0, np.float32)])

@@ -1,4 +1,5 @@
-"""Errors that point the way for a newcomer's first hour (issue 20), on every backend."""
+"""Errors that point the way for a newcomer's first hour, on every backend; and what a first run of gradkit
+imports and compiles for nothing (TensorFlow on the other backends, a retracing warning)."""
 
 import keras
 import numpy as np
@@ -70,7 +71,7 @@ def test_no_tensorflow_on_the_other_backends():
 def test_gradkit_evaluate_imports_no_tensorflow_and_draws_no_initial_value(tmp_path):
     """Each process of `gradkit evaluate` (one per rank under torchrun or jax.distributed) paid for
     TensorFlow (under Keras' `get_config`, from the logits clone) and for the random initial values the
-    model file replaces (JAX compiled them): neither any more (issue 30)."""
+    model file replaces (JAX compiled them): neither any more."""
     import subprocess
     import sys
 

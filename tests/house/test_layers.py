@@ -11,7 +11,7 @@ import pathlib
 
 import pytest
 
-SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "gradkit"
+SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "gradkit"
 RANKS = {
     "errors": 0,
     "_checks": 0,

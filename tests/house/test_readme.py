@@ -1,13 +1,13 @@
 """The README's Python examples run as written, on every backend."""
 
-import os
+import pathlib
 import re
 
 import pytest
 
 from conftest import BACKEND
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+README = str(pathlib.Path(__file__).resolve().parents[2] / "README.md")
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""grad_norm during fit/train_on_batch equals gradkit.gradient_norm on the same weights and batch."""
+"""`grad_norm` in the logs of `fit` and `train_on_batch` (`GradientNormCallback`, `track_gradient_norm`:
+`gradkit.monitor._callback`, `_tracking`) equals `gradkit.gradient_norm` on the same weights and batch."""
 
 import csv
 
@@ -10,44 +11,9 @@ import gradkit
 from gradkit.monitor import GradientNormCallback, track_gradient_norm, untrack_gradient_norm
 from gradkit.monitor import _step_norms as norms
 from gradkit.monitor._step_norms import GradientNormMetric
-from test_norms import n1_model, n2_model, two_heads
+from helpers.training import LOSS, X, Y, fit, mlp, regularized_unit, two_heads, unit_kernel
 
 from conftest import set_weights_from
-
-X = np.random.RandomState(0).randn(8, 4).astype(np.float32)
-Y = np.arange(8) % 3
-LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-# PyTorch's CPU sums the in-step norms on the host ("host"); on an accelerator it keeps them in tensors
-# ("tensor"), a path the tests run on CPU by switching `_HOST_ON_CPU` off. TF and JAX compile them.
-NORM_PATHS = ["host", "tensor"] if keras.backend.backend() == "torch" else ["compiled"]
-
-
-@pytest.fixture(params=NORM_PATHS)
-def norm_path(request, monkeypatch):
-    if request.param == "tensor":
-        from gradkit.backend.torch import norms as torch_norms
-
-        monkeypatch.setattr(torch_norms, "_HOST_ON_CPU", False)
-    return request.param
-
-
-def mlp(optimizer=None, regularizer=None):
-    model = keras.Sequential(
-        [
-            keras.Input((4,)),
-            keras.layers.Dense(6, activation="tanh", kernel_regularizer=regularizer, name="hidden"),
-            keras.layers.Dropout(0.0),  # no trainable weights: no per-layer entry
-            keras.layers.Dense(3, name="logits"),
-        ]
-    )
-    set_weights_from(model)
-    model.compile(optimizer=optimizer or keras.optimizers.SGD(0.1), loss=LOSS)
-    return model
-
-
-def fit(model, x, y, callback=None, **kwargs):
-    kwargs = {"batch_size": len(x), "epochs": 1, "shuffle": False, "verbose": 0, **kwargs}
-    return model.fit(x, y, callbacks=[callback] if callback else None, **kwargs).history
 
 
 @pytest.mark.parametrize("weighted", [False, True])
@@ -85,7 +51,7 @@ def test_step_values_and_epoch_mean_nan_passes_through(norm_path):
 
 
 def test_step_values_of_a_long_epoch_and_validation():
-    model = n2_model()  # kernel 1, SGD(0), mse: one sample x with target 0 has gradient 2 x^2
+    model = unit_kernel()  # kernel 1, SGD(0), mse: one sample x with target 0 has gradient 2 x^2
     x = np.linspace(0.5, 2.0, 150, dtype=np.float32)[:, None]
     y = np.zeros_like(x)
     callback = GradientNormCallback()
@@ -98,7 +64,7 @@ def test_step_values_of_a_long_epoch_and_validation():
 
 @pytest.mark.skipif(keras.backend.backend() == "torch", reason="steps_per_execution must be 1 on torch")
 def test_steps_per_execution_gives_the_mean_of_each_call():
-    model = n2_model()
+    model = unit_kernel()
     model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse", steps_per_execution=2)
     x = np.linspace(0.5, 2.0, 6, dtype=np.float32)[:, None]
     callback = GradientNormCallback()
@@ -108,8 +74,8 @@ def test_steps_per_execution_gives_the_mean_of_each_call():
     )
 
 
-def test_n1_one_sgd_step_applies_the_regularization_gradient():
-    model = n1_model()
+def test_one_sgd_step_applies_the_regularization_gradient():
+    model = regularized_unit()
     history = fit(
         model, np.zeros((4, 2), np.float32), np.zeros((4, 1), np.float32), GradientNormCallback(True)
     )
@@ -119,8 +85,8 @@ def test_n1_one_sgd_step_applies_the_regularization_gradient():
 
 
 @pytest.mark.parametrize("weights, expected", [(None, 5.0), ([1.0, 0.0], 1.0), ([0.0, 0.0], 0.0)])
-def test_n2_sample_weights_in_fit(weights, expected):
-    model = n2_model()
+def test_sample_weights_in_fit(weights, expected):
+    model = unit_kernel()
     x, y = np.array([[1.0], [2.0]], np.float32), np.zeros((2, 1), np.float32)
     w = None if weights is None else np.asarray(weights, np.float32)
     history = fit(model, x, y, GradientNormCallback(), sample_weight=w)
@@ -128,7 +94,7 @@ def test_n2_sample_weights_in_fit(weights, expected):
 
 
 @pytest.mark.filterwarnings("ignore:Gradients do not exist")
-def test_g3a_disconnected_head_in_fit():
+def test_a_head_without_a_loss_logs_zero_in_fit():
     model = two_heads()
     x, y = np.linspace(-1, 1, 8, dtype=np.float32).reshape(4, 2), np.ones((4, 2), np.float32)
     expected = gradkit.gradient_norm(model, x, {"head_a": y}, per_layer=True)

@@ -12,7 +12,7 @@ import pytest
 import gradkit
 from gradkit.monitor import _tracking, track_gradient_norm, untrack_gradient_norm
 from gradkit.monitor._chosen_steps import ChosenTrainFunction
-from test_callbacks import LOSS, X, Y, fit, mlp
+from helpers.training import LOSS, X, Y, fit, mlp
 
 
 class BatchLogs(keras.callbacks.Callback):

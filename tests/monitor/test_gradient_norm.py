@@ -1,4 +1,5 @@
-"""gradkit.gradient_norm: hand-computed values (cases N1, N2, G3), peers in numpy, argument checks."""
+"""`gradkit.gradient_norm` (`gradkit.monitor._gradient_norm`): hand-computed values (the regularization's
+gradient, sample weights, a head without a loss), numpy references, argument checks."""
 
 import keras
 import numpy as np
@@ -6,43 +7,13 @@ import pytest
 
 import gradkit
 from gradkit.errors import DisconnectedGradientError
+from helpers.training import regularized_unit, two_heads, unit_kernel
 
 from conftest import set_weights_from
 
 
-def n1_model():
-    """Case N1: Dense(1, no bias, L2(0.5)) with kernel [[1], [2]], mse."""
-    model = keras.Sequential(
-        [
-            keras.Input((2,)),
-            keras.layers.Dense(1, use_bias=False, kernel_regularizer=keras.regularizers.L2(0.5), name="d"),
-        ]
-    )
-    model.set_weights([np.array([[1.0], [2.0]], np.float32)])
-    model.compile(optimizer=keras.optimizers.SGD(learning_rate=1.0), loss="mse")
-    return model
-
-
-def n2_model():
-    """Case N2: Dense(1, no bias) with kernel 1, mse."""
-    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False, name="d")])
-    model.set_weights([np.ones((1, 1), np.float32)])
-    model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.0), loss="mse")
-    return model
-
-
-def two_heads():
-    """Case G3: heads head_a and head_b on Input(2); the loss uses head_a only."""
-    inputs = keras.Input((2,))
-    head_a = keras.layers.Dense(2, name="head_a")(inputs)
-    head_b = keras.layers.Dense(2, name="head_b")(inputs)
-    model = set_weights_from(keras.Model(inputs, [head_a, head_b]))
-    model.compile(optimizer=keras.optimizers.SGD(0.0), loss={"head_a": "mse", "head_b": None})
-    return model
-
-
-def test_n1_regularization_is_part_of_the_norm():
-    model = n1_model()
+def test_regularization_is_part_of_the_norm():
+    model = regularized_unit()
     x, y = np.zeros((4, 2), np.float32), np.zeros((4, 1), np.float32)
     result = gradkit.gradient_norm(model, x, y, per_layer=True)
     assert result == {
@@ -52,8 +23,8 @@ def test_n1_regularization_is_part_of_the_norm():
     assert gradkit.gradient_norm(model, x, y, include_regularization=False) == 0.0
 
 
-def test_n2_sample_weights_follow_keras_convention():
-    model = n2_model()
+def test_sample_weights_follow_keras_convention():
+    model = unit_kernel()
     x, y = np.array([[1.0], [2.0]], np.float32), np.zeros((2, 1), np.float32)
     assert gradkit.gradient_norm(model, x, y) == pytest.approx(5.0, rel=1e-6)
     assert gradkit.gradient_norm(model, x, y, sample_weight=[1.0, 0.0]) == pytest.approx(1.0, rel=1e-6)
@@ -95,7 +66,7 @@ def test_training_flag_controls_dropout():
     assert inference == pytest.approx(gradkit.gradient_norm(plain, x, y), rel=1e-6)
 
 
-def test_g3a_disconnected_head_has_zero_norm():
+def test_a_head_without_a_loss_has_zero_norm():
     model = two_heads()
     x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(4, 2)
     result = gradkit.gradient_norm(model, x, {"head_a": np.ones((4, 2), np.float32)}, per_layer=True)
@@ -104,7 +75,7 @@ def test_g3a_disconnected_head_has_zero_norm():
     assert result["grad_norm"] == pytest.approx(result["grad_norm/head_a"], rel=1e-7)
 
 
-def test_g3b_argmax_loss_raises_instead_of_zero():
+def test_argmax_loss_raises_instead_of_zero():
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3)])
     set_weights_from(model)
 
@@ -128,7 +99,7 @@ def test_g3b_argmax_loss_raises_instead_of_zero():
     ],
 )
 def test_bad_arguments_are_rejected(kwargs, error, match):
-    model = n2_model()
+    model = unit_kernel()
     x, y = np.array([[1.0], [2.0]], np.float32), np.zeros((2, 1), np.float32)
     with pytest.raises(error, match=match):
         gradkit.gradient_norm(model, x, y, **kwargs)

@@ -1,5 +1,6 @@
-"""Gradient histograms in TensorBoard (`GradientNormCallback(histogram_freq=...)`): the event file read
-back with TensorBoard's own reader, against the step's gradient computed independently."""
+"""Gradient histograms in TensorBoard (`GradientNormCallback(histogram_freq=...)`,
+`gradkit.monitor._histograms`): the event file read back with TensorBoard's own reader, against the step's
+gradient computed independently."""
 
 import os
 
@@ -9,7 +10,7 @@ import pytest
 
 import gradkit
 from gradkit.monitor import GradientNormCallback
-from test_callbacks import LOSS, X, Y, mlp
+from helpers.training import LOSS, X, Y, mlp
 
 
 def read_histograms(log_dir):

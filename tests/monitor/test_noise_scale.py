@@ -1,15 +1,13 @@
-"""The gradient noise scale ("noise_scale"): against tr(Sigma) / |G|^2 computed in numpy from per-sample
-gradients of a fixed softmax regression (McCandlish et al. 2018, Appendix A.1)."""
+"""The gradient noise scale ("noise_scale", `gradkit.monitor._noise_scale`): against tr(Sigma) / |G|^2
+computed in numpy from per-sample gradients of a fixed softmax regression (McCandlish et al. 2018,
+Appendix A.1)."""
 
 import keras
 import numpy as np
 import pytest
 
-import test_callbacks
 from gradkit.monitor import GradientNormCallback, track_gradient_norm
-from test_callbacks import mlp
-
-norm_path = test_callbacks.norm_path  # the fixture: PyTorch's host and tensor paths
+from helpers.training import X, Y, mlp
 
 N, D, K = 2048, 8, 3
 _rng = np.random.RandomState(0)
@@ -67,7 +65,6 @@ def one_step_estimate(grads, g1, g2, b1, b, indices=None):
 @pytest.mark.parametrize("rows", [8, 7])  # even and odd halves
 def test_one_step_value_is_the_estimators_ratio_on_its_batch(rows, norm_path):
     import gradkit
-    from test_callbacks import X, Y
 
     X2 = np.concatenate([X, X[::-1] * 0.5])[:rows]
     Y2 = np.concatenate([Y, Y[::-1]])[:rows]

@@ -6,11 +6,8 @@ import numpy as np
 import pytest
 
 import gradkit
-import test_callbacks
 from gradkit.monitor import GradientNormCallback, track_gradient_norm, untrack_gradient_norm
-from test_callbacks import LOSS, X, Y, fit, mlp
-
-norm_path = test_callbacks.norm_path  # the fixture: PyTorch's host and tensor paths
+from helpers.training import LOSS, X, Y, fit, mlp
 
 X0 = X.copy()
 X0[:, 0] = 0.0  # a dead input: the hidden kernel's first row gets exact-zero gradients
@@ -175,53 +172,3 @@ def test_bad_arguments_are_rejected_before_fit():
     frozen.compile(optimizer="sgd", loss=LOSS)
     with pytest.raises(ValueError, match="`per_layer` must be False for a model without a trainable"):
         frozen.fit(X, Y, verbose=0, callbacks=[GradientNormCallback(per_layer=True)])
-
-
-def test_plot_training_diagnostics_draws_a_panel_per_group(tmp_path):
-    from matplotlib.image import imread
-
-    model = mlp(keras.optimizers.SGD(0.1, global_clipnorm=0.5))
-    callback = GradientNormCallback(per_layer=True, include="all")
-    history = model.fit(X, Y, batch_size=4, epochs=3, verbose=0, callbacks=[callback])
-    path = gradkit.plot_training_diagnostics(history, tmp_path / "diag.png", title="mlp")
-    assert path == str(tmp_path / "diag.png")
-    image = imread(path)
-    assert image.shape[0] == 4 * 320 and image.shape[1] == 1100  # 8 panels: 4 rows of 2
-    gradkit.plot_training_diagnostics({"grad_norm": [1.0, 2.0]}, tmp_path / "one.png")
-    with pytest.raises(ValueError, match="`history` has no training diagnostics"):
-        gradkit.plot_training_diagnostics({"loss": [1.0]}, tmp_path / "x.png")
-    with pytest.raises(ValueError, match="`clip_threshold` must be a number > 0"):
-        gradkit.plot_training_diagnostics(history, tmp_path / "x.png", clip_threshold=0)
-    with pytest.raises(ValueError, match="`path` must be a .png file name"):
-        gradkit.plot_training_diagnostics(history, tmp_path / "x.pdf")
-
-
-def test_plot_training_diagnostics_draws_a_panel_per_model(tmp_path):
-    from matplotlib.image import imread
-
-    models = {
-        "single": {"grad_norm": [1.0, 0.5, 0.2], "grad_norm/dense": [0.8, 0.4, 0.1]},
-        "adv_single": {"grad_norm": [2.0, 1.0, 0.5]},
-        "adaboost_m1": [{"grad_norm": [1.0, 0.5]}, {"grad_norm": [0.9, 0.3]}],  # members end to end
-    }
-    path = gradkit.plot_training_diagnostics(models, tmp_path / "models.png", title="study")
-    assert imread(path).shape[:2] == (2 * 320, 1100)  # 3 panels: 2 rows of 2
-
-
-@pytest.mark.parametrize("special", [None, np.inf, np.nan])
-def test_the_zero_count_equals_numpy_with_signed_zeros_and_nonfinite_entries(special):
-    from gradkit import backend
-
-    rng = np.random.default_rng(3)
-    grads = [rng.standard_normal(s).astype("float32") for s in [(40, 30), (30,), (7,)]]
-    grads[0][rng.random((40, 30)) < 0.3] = 0.0
-    grads[0][0, :5] = -0.0  # a zero all the same
-    grads[2][:] = 0.0
-    if special is not None:
-        grads[1][4] = special  # the count then takes the path for non-finite gradients
-    shapes = [g.shape for g in grads]
-    table = backend.weight_stats([keras.ops.convert_to_tensor(g) for g in grads], None, None,
-                                 ("sq", "nonfinite", "zeros"), shapes)  # fmt: skip
-    table = keras.ops.convert_to_numpy(table)
-    assert list(table[:, 2]) == [float(np.sum(g == 0)) for g in grads]
-    assert list(table[:, 1]) == [float(np.sum(~np.isfinite(g))) for g in grads]

@@ -36,3 +36,17 @@ def test_study_fmn_and_fab_break_each_point_at_its_norm():
         }
     samples = _outdir.sample_rows({"samples": {"m": record}}, y)
     assert [r["m_fab_norm"] for r in samples] == record["min_norm"]["fab"]
+
+
+def test_progress_weighs_each_step_by_its_work():
+    from gradkit import study
+    from gradkit.study import _attack
+
+    config = study.StudyConfig(quick=True, pgd_steps=10, apgd_steps=5, square_queries=90)
+    assert _attack.work(config, 0.0) == 0.0  # nothing runs at eps 0
+    # fgsm 1 + pgd 10 + standard (apgd-ce 5 + apgd-t and fab-t 5 x 9 targets each + square 90 / 3)
+    assert _attack.work(config, 0.1) == 1 + 10 + (5 + 45 + 45 + 30)
+    # a boosted model of 3 members: every network runs, the gradient attacks with two objectives
+    assert _attack.work(config, 0.1, n_members=3) == 3 * (1 + 10 + 2 * (5 + 45 + 45) + 30)
+    assert _attack.work(config, 0.3, n_classes=4) == 1 + 10 + (5 + 15 + 15 + 30)  # three target classes
+    assert _attack.work(config, 0.3, n_classes=3) == 1 + 10 + (5 + 10 + 30)  # APGD-T needs 4 classes

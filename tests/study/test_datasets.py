@@ -1,4 +1,5 @@
-"""gradkit.datasets: digits, MNIST (loader monkeypatched, no download) and validated .npz files."""
+"""The study's data sets (`gradkit.study._datasets`, `_keras_data`): digits, MNIST, Fashion-MNIST and
+CIFAR-10 (loaders monkeypatched, no download) and validated .npz files."""
 
 import gzip
 

@@ -1,4 +1,5 @@
-"""`gradkit study --model module:function`: the study trains and attacks your network in all four roles."""
+"""`gradkit study --model module:function` (`gradkit.study.build_model`, `gradkit.study._models`): the study
+trains and attacks your network in all four roles."""
 
 import json
 import textwrap

@@ -1,6 +1,7 @@
-"""`gradkit study --norm linf|l2|l1`: the per-norm defaults, the command line's refusals, the attacks at the
-study's norm (on the two-class models of test_min_norm, whose minimal perturbations have a closed form),
-the outputs that name the norm, and the refusal to resume at another norm. No study is trained here."""
+"""`gradkit study --norm linf|l2|l1` (`gradkit.study._norms`): the per-norm defaults, the attacks at the
+study's norm (on the two-class models of `oracles.linear`, whose minimal perturbations have a closed
+form), the outputs that name the norm, and the refusal to resume at another norm. No study is trained
+here."""
 
 import csv
 import json
@@ -9,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from gradkit import cli, study
+from gradkit import study
 from gradkit.study import _attack, _outdir, _run, _train
 from gradkit.study._attack import WORST
 from gradkit.study._table import header
@@ -29,31 +30,6 @@ def test_each_norm_has_its_defaults_and_spellings():
         study.make_config(norm="l3")
     with pytest.raises(study.ConfigError, match='holds "ddn", an L2 attack.*norm "l1".*--norm l2'):
         study.make_config(norm="l1", attacks=["fmn", "ddn"])
-
-
-def _main(capsys, *args):
-    code = cli.main(["study", "--no-progress", *args])
-    return code, capsys.readouterr().err
-
-
-def test_command_line_norm(capsys, tmp_path, monkeypatch):
-    code, err = _main(capsys, "--norm", "l3", "--out", str(tmp_path / "a"))
-    assert code == 2 and "argument --norm: invalid choice: 'l3'" in err and not (tmp_path / "a").exists()
-    code, err = _main(capsys, "--attacks", "ddn", "--out", str(tmp_path / "b"))  # Linf by default
-    assert code == 2 and '"ddn", an L2 attack' in err and not (tmp_path / "b").exists()
-    seen = {}
-
-    def stop(options, **kwargs):
-        seen.update(study.make_config(**options))
-        raise study.ConfigError("stopped by the test")
-
-    monkeypatch.setattr(study, "run_study", stop)
-    code, err = _main(capsys, "--norm", "L2", "--attacks", "fmn,ddn", "--out", str(tmp_path / "c"))
-    assert code == 2 and "stopped by the test" in err
-    l2 = list(study.DEFAULT_EPSILONS["l2"])
-    assert (seen["norm"], seen["epsilons"], seen["adv_eps"]) == ("l2", l2, 0.5)
-    assert cli.main(["study", "--help"]) == 0
-    assert "--norm {linf,l2,l1}" in capsys.readouterr().out
 
 
 def test_adversarial_training_runs_at_the_norm_and_at_linf_under_l1():

@@ -1,4 +1,5 @@
-"""The study's adversarial settings without training: adv_mode, adv_single's arguments, the header, resume."""
+"""The study's adversarial settings (`gradkit.study._train`) without training: adv_mode, adv_single's
+arguments, the header, resume."""
 
 import json
 

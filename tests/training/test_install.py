@@ -1,4 +1,6 @@
-"""Adversarial training inside `fit` (gradkit.training): PGD, TRADES, fast FGSM and its overfitting check."""
+"""Adversarial training inside `fit` (`adversarial_training`, `untrack_adversarial_training`:
+`gradkit.training._install`): PGD, TRADES and fast FGSM, the inner examples, the loss trained on, bad
+input refused before any change, and the model left as it was."""
 
 import zipfile
 
@@ -7,15 +9,11 @@ import keras
 import numpy as np
 import pytest
 
+import gradkit
 from gradkit import backend
 from gradkit.attacks import fgsm, pgd
 from gradkit.monitor import gradient_norm, track_gradient_norm, untrack_gradient_norm
-from gradkit.training import (
-    CatastrophicOverfittingCheck,
-    adversarial_training,
-    collapsed,
-    untrack_adversarial_training,
-)
+from gradkit.training import adversarial_training, untrack_adversarial_training
 from gradkit.training._geometry import replaced_rows
 from gradkit.training._objective import adversarial_examples, kl_per_sample
 from gradkit.training._settings import make_settings
@@ -234,31 +232,40 @@ def test_a_saved_model_carries_no_trace(tmp_path):
     assert h5_paths(tmp_path / "a" / "model.weights.h5") == h5_paths(tmp_path / "b" / "model.weights.h5")
 
 
-def test_the_collapse_detector_on_fed_values():
-    assert collapsed([0.4, 0.45, 0.02], 0.9)
-    assert not collapsed([0.4, 0.45, 0.40], 0.9)  # no drop
-    assert not collapsed([0.4, 0.45, 0.02], 0.2)  # FGSM collapsed too: no masking
-    assert collapsed([0.02], 0.9)  # never robust while FGSM accuracy rose: masked from the start
-    assert not collapsed([0.2], 0.4)  # neither a drop nor a collapse to the floor
+def _confident_softmax():
+    rng = np.random.RandomState(0)
+    inp = keras.Input((6,))
+    hidden = keras.layers.Dense(16, activation="tanh")(inp)
+    model = keras.Model(inp, keras.layers.Dense(3, activation="softmax")(hidden))
+    for w in model.weights:
+        w.assign((rng.randn(*w.shape) * 8).astype("float32"))
+    x = rng.uniform(0, 1, (32, 6)).astype("float32")
+    return model, x, np.asarray(model.predict(x, verbose=0)).argmax(1)
 
 
-def test_fgsm_without_random_start_overfits_catastrophically_and_the_check_warns():
-    """Built to trigger it: digits, a large eps (0.5 of the [0, 1] range), FGSM with step eps from the clean
-    point. FGSM accuracy on the held batch climbs while PGD accuracy stays at zero (the one-step
-    gradient is masked; Wong, Rice & Kolter 2020). Measured: the warning from epoch 4-6 on each backend."""
-    from sklearn.datasets import load_digits
+def test_adversarial_training_on_a_saturated_softmax_trains_on_the_examples_loss():
+    """The inner attack goes through the logits: the loss `fit` trains on is the loss at the examples
+    gradkit's PGD (same steps, no random start, last iterate) finds, not the clean loss."""
+    model, x, y = _confident_softmax()
+    model.compile(keras.optimizers.SGD(learning_rate=0.0), "sparse_categorical_crossentropy")
+    clean = model.evaluate(x, y, verbose=0)
+    gradkit.adversarial_training(model, eps=0.3, steps=10, random_start=False, clip_values=(0, 1))
+    trained = model.train_on_batch(x, y)
+    gradkit.untrack_adversarial_training(model)
+    x_adv = gradkit.pgd(
+        model, x, y, eps=0.3, eps_step=0.075, steps=10, random_start=False, keep="last", clip_values=(0, 1)
+    )
+    at_examples = model.evaluate(x_adv, y, verbose=0)
+    assert clean < 0.05 and at_examples > 3.0
+    np.testing.assert_allclose(trained, at_examples, rtol=1e-4)
 
-    digits = load_digits()
-    order = np.random.default_rng(0).permutation(len(digits.target))
-    x, y = (digits.data[order] / 16.0).astype("float32"), digits.target[order]
-    keras.utils.set_random_seed(0)
-    hidden = [keras.layers.Dense(128, activation="relu") for _ in range(2)]
-    model = keras.Sequential([keras.Input((64,)), *hidden, keras.layers.Dense(10)])
-    model.compile(keras.optimizers.Adam(3e-3), CE)
-    adversarial_training(model, "fgsm", eps=0.5, random_start=False, clip_values=(0, 1), seed=0)
-    check = CatastrophicOverfittingCheck(x[-128:], y[-128:], eps=0.5, steps=5, clip_values=(0, 1))
-    with pytest.warns(RuntimeWarning, match="Catastrophic overfitting"):
-        history = model.fit(x[:-128], y[:-128], batch_size=64, epochs=8, verbose=0, callbacks=[check]).history
-    assert history["adv_accuracy"] == check.pgd_accuracies and len(check.pgd_accuracies) == 8
-    assert check.warned_epochs and max(check.pgd_accuracies) <= 0.05
-    assert check.fgsm_accuracies[-1] >= 0.3
+
+def test_adversarial_training_refuses_several_inputs_or_outputs():
+    a, b = keras.Input((3,), name="a"), keras.Input((2,), name="b")
+    hidden = keras.layers.Dense(4)(keras.layers.Concatenate()([a, b]))
+    model = keras.Model([a, b], [keras.layers.Dense(3, name="cls")(hidden), keras.layers.Dense(1)(hidden)])
+    with pytest.raises(ValueError, match=r"one input and one output.*2 inputs \['a', 'b'\]"):
+        gradkit.adversarial_training(model, eps=0.1)
+    single = keras.Model(a, [keras.layers.Dense(3, name="c1")(a), keras.layers.Dense(2, name="c2")(a)])
+    with pytest.raises(ValueError, match=r"2 outputs"):
+        gradkit.adversarial_training(single, eps=0.1)

@@ -1,6 +1,7 @@
-"""Data parallelism through keras.distribution: JAX shards the batch; other backends refuse clearly.
+"""JAX's data parallelism through keras.distribution (`gradkit.backend.jax.distribution`): the batch
+sharded over the devices gives the single device's gradients, attacks and curves.
 
-The JAX check runs in a subprocess with two simulated CPU devices
+The check runs in a subprocess with two simulated CPU devices
 (XLA_FLAGS=--xla_force_host_platform_device_count=2), since the device count is fixed at JAX start.
 """
 
@@ -8,11 +9,7 @@ import os
 import subprocess
 import sys
 
-import keras
-import numpy as np
 import pytest
-
-import gradkit
 
 from conftest import BACKEND
 
@@ -51,12 +48,3 @@ def test_jax_data_parallel_equals_single_device():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "OK 1" in done.stdout
-
-
-@pytest.mark.skipif(BACKEND == "jax", reason="JAX supports keras.distribution")
-def test_other_backends_refuse_an_active_distribution(monkeypatch):
-    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
-    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    monkeypatch.setattr(keras.distribution, "distribution", lambda: object())
-    with pytest.raises(NotImplementedError, match="only on the JAX backend"):
-        gradkit.input_gradient(model, np.zeros((2, 2), np.float32), [0, 1])

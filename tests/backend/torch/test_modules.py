@@ -1,4 +1,5 @@
-"""Keras models wrapping PyTorch modules (`keras.layers.TorchModuleWrapper`, PyTorch backend only).
+"""Keras models wrapping PyTorch modules (`keras.layers.TorchModuleWrapper`, PyTorch backend only;
+`gradkit.backend.torch.modules`).
 
 Under Keras' stateless call a wrapped module reads its own parameters (keras#20279); gradkit's gradients
 must still equal torch autograd on the module and the update `fit` applies.

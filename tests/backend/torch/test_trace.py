@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 import gradkit
+
+# gradients' private cache: the seam that reaches the compiled steps whose traces served the calls
 from gradkit.gradients._cache import cached_values
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "torch", reason="PyTorch's traces only")
