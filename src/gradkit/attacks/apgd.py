@@ -160,8 +160,7 @@ def apgd(
         targeted=targeted,
         eot_iter=eot_iter,
         surrogate=surrogate,
-        single_input="APGD and Square attack single-input models",
-        hint=" (use gradkit.pgd for several inputs)",
+        single_input="APGD",
     )
     if use_largereps and norm != 1:
         raise ValueError(

@@ -25,7 +25,7 @@ from gradkit import _checks
 from gradkit.attacks import _engine as engine
 from gradkit.attacks import geometry
 from gradkit.attacks._frame import Frame
-from gradkit.attacks.fmn import SINGLE_INPUT, Y_REQUIRED, refuse_eps
+from gradkit.attacks.fmn import Y_REQUIRED, refuse_eps
 
 
 def ddn(
@@ -90,7 +90,7 @@ def ddn(
         batch_size=batch_size,
         output=output,
         targeted=targeted,
-        single_input=SINGLE_INPUT,
+        single_input="DDN",
         y_required=Y_REQUIRED,
     ).as_float32()
     x0, clip = frame.x0, frame.clip_values is not None

@@ -138,8 +138,7 @@ def fab(
         batch_size=batch_size,
         output=output,
         objective=objective,
-        single_input="APGD and Square attack single-input models",
-        hint=" (use gradkit.pgd for several inputs)",
+        single_input="FAB",
     )
     _check_classes(args["targeted"], frame.n_classes)
     options = dict(batch_size=frame.batch_size, output=output, objective=objective)
