@@ -118,7 +118,7 @@ def update(objective, clip, targeted):
         success = engine.hit(objective, logits, fixed, targeted)
         state, delta, _ = engine.record_smallest(state, fixed, success, 2.0)
         size = geometry.row_norm(grad, 2.0)
-        zero = size < 1e-12  # a zero gradient: a random direction instead (fixed per sample)
+        zero = size < geometry.TINY  # a zero gradient: a random direction instead (fixed per sample)
         grad = ops.where(
             engine.rows_mask(zero, grad), fixed["noise"], grad / _rows(ops.maximum(size, geometry.TINY), grad)
         )
