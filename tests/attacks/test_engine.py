@@ -266,3 +266,63 @@ def test_backend_oom_in_a_gradient_call_and_other_errors_unchanged(monkeypatch):
         gradkit.pgd(model, x, y, eps=0.1, eps_step=0.05, steps=3)
     assert info.value is other and not backend.is_out_of_memory(other)
     assert backend.is_out_of_memory(RuntimeError("CUDA out of memory.")) == (BACKEND == "torch")
+
+
+def _fast_and_plain(monkeypatch, name, call):
+    """`call()` with the backend's fast path `name`, then with it removed (the `keras.ops` code)."""
+    fast = call()
+    with monkeypatch.context() as m:
+        m.setattr(backend, name, None)
+        plain = call()
+    return backend.to_numpy(fast), backend.to_numpy(plain)
+
+
+@pytest.mark.skipif(backend.linf_step is None, reason="this backend has no fast paths")
+@pytest.mark.parametrize("clip", [True, False])
+def test_fast_paths_give_the_keras_ops_values(monkeypatch, clip):
+    """PyTorch's in-place Linf steps (`backend.fast_paths`) against the `keras.ops` code they stand in for:
+    the PGD step, APGD's momentum step and the Square Attack's Linf window, bit for bit."""
+    from gradkit.attacks.apgd import _propose
+    from gradkit.attacks.pgd import step
+    from gradkit.attacks.square import linf_proposal
+
+    rng = np.random.default_rng(0)
+    shape = (16, 6, 5, 3)
+    x0 = rng.uniform(0.2, 0.8, shape).astype(np.float32)
+    x = np.clip(x0 + rng.uniform(-0.1, 0.1, shape), 0, 1).astype(np.float32)
+    g = rng.normal(size=shape).astype(np.float32)
+    t = backend.to_tensor
+    eps, size = _engine.scalar(0.1), _engine.scalar(0.03)
+    bounds = (_engine.scalar(0.0), _engine.scalar(1.0)) if clip else None
+
+    def pgd_step():
+        return step(t(x.copy()), t(x0), t(g.copy()), size, eps, np.inf, bounds)
+
+    fast, plain = _fast_and_plain(monkeypatch, "linf_step", pgd_step)
+    np.testing.assert_array_equal(fast, plain)
+
+    def apgd_step():
+        state = {
+            "x": t(x.copy()),
+            "x_prev": t(x0.copy()),
+            "grad": t(g.copy()),
+            "k": _engine.scalar_int(3),
+            "eta": t(rng_eta.copy()),
+        }
+        fixed = {"x0": t(x0), "eps": eps, "momentum": _engine.scalar(0.75)}
+        return _propose(state, fixed, np.inf, bounds, t(active))["x"]
+
+    rng_eta = rng.uniform(0.01, 0.2, shape[0]).astype(np.float32)
+    active = rng.uniform(size=shape[0]) < 0.7
+    fast, plain = _fast_and_plain(monkeypatch, "apgd_linf_step", apgd_step)
+    np.testing.assert_array_equal(fast, plain)
+
+    ends = [np.clip(x0 + s * np.float32(0.1), 0, 1).astype(np.float32) for s in (1, -1)]
+    u = rng.uniform(size=(shape[0], 2 + 8 * shape[-1])).astype(np.float32)
+
+    def square_window():
+        sides = t(np.asarray([2, 3], np.int32))
+        return linf_proposal(t(x.copy()), [t(e) for e in ends], sides, t(u))
+
+    fast, plain = _fast_and_plain(monkeypatch, "linf_window", square_window)
+    np.testing.assert_array_equal(fast, plain)

@@ -203,9 +203,9 @@ class Frame:
         loss: the attacked loss ("ce", "dlr", "margin", None for the compiled loss, or a Keras loss).
         clip_values, batch_size, output, objective, targeted, temperature, eot_iter, surrogate: as the
             attacks take them (checked here).
-        single_input: None (several inputs allowed, the loop of `gradkit.pgd`), or the sentence the
-            TypeError for several inputs gives (the attack then needs one array, rows with features, and
-            an on-device objective; its batch defaults to `default_batch`); `hint` ends that message.
+        single_input: None (several inputs allowed: the loop of `gradkit.pgd`), or the attack's name for
+            the TypeError several inputs get (the attack then needs one array, rows with features, and
+            an on-device objective; its batch defaults to `default_batch`).
         y_required: the message of the ValueError for `y=None` (targeted attacks need their targets).
 
     Attributes:
@@ -232,7 +232,6 @@ class Frame:
         eot_iter=1,
         surrogate=None,
         single_input=None,
-        hint="",
         y_required=None,
     ):
         self.model, self.owner = model, owner(model)
@@ -243,7 +242,8 @@ class Frame:
             raise ValueError(y_required)
         if single_input and isinstance(x, (list, tuple, dict)):
             raise TypeError(
-                f"`x` must be one array: {single_input}. Received: x of type {type(x).__name__}{hint}"
+                f"`x` must be one array: {single_input} attacks single-input models. Received: x of type "
+                f"{type(x).__name__} (use gradkit.pgd for several inputs)"
             )
         options = dict(
             loss=loss,

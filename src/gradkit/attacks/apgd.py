@@ -160,8 +160,7 @@ def apgd(
         targeted=targeted,
         eot_iter=eot_iter,
         surrogate=surrogate,
-        single_input="APGD and Square attack single-input models",
-        hint=" (use gradkit.pgd for several inputs)",
+        single_input="APGD",
     )
     if use_largereps and norm != 1:
         raise ValueError(
@@ -176,23 +175,33 @@ def apgd(
     if frame.targeted:
         ranks = frame.top_classes(min(n_target_classes, frame.n_classes - 1))  # never the label
         targets = [ranks[:, j] for j in range(ranks.shape[1])]
-    rng, tried = np.random.default_rng(seed), np.zeros(frame.n, bool)
-    settings = dict(eps=eps, norm=norm, steps=steps, rng=rng, rho=rho, use_largereps=use_largereps)
+    settings = dict(
+        eps=eps, norm=norm, steps=steps, rng=np.random.default_rng(seed), rho=rho, use_largereps=use_largereps
+    )
+    tried = np.zeros(frame.n, bool)  # the points some run has attacked
     for group in _groups(targets, frame.n, frame.x0[0].size):
-        for _ in range(n_restarts):
-            todo = np.flatnonzero(~success)
-            if not len(todo):
-                break
-            rows = np.tile(todo, len(group))  # target-major: the rows of target j are rows j*m:(j+1)*m
-            group_targets = None if group[0] is None else np.concatenate([t[todo] for t in group])
-            adv, hit = _one_run(frame, rows, group_targets, **settings)  # any misclassification counts
-            adv, hit = adv.reshape((len(group), len(todo)) + adv.shape[1:]), hit.reshape(len(group), -1)
-            first, broken = hit.argmax(axis=0), hit.any(axis=0)  # the first target that succeeded
-            keep = broken | ~tried[todo]  # a point never broken keeps its first run's best iterate
-            x_adv[todo[keep]] = adv[first, np.arange(len(todo))][keep]
-            success[todo[broken]], tried[todo] = True, True
+        _restarts(frame, group, n_restarts, (x_adv, success, tried), settings)
     frame.success = success
     return geometry.inside(x_adv, frame.x0, eps, norm)
+
+
+def _restarts(frame, group, n_restarts, results, settings):
+    """`n_restarts` runs of the targets `group` (their rows stacked) on the points not yet broken,
+    written into `results = (x_adv, success, tried)`: a point keeps the example of the first target, in
+    rank order, that fooled it (any misclassification counts), else its first run's best iterate."""
+    x_adv, success, tried = results
+    for _ in range(n_restarts):
+        todo = np.flatnonzero(~success)
+        if not len(todo):
+            return
+        rows = np.tile(todo, len(group))  # target-major: the rows of target j are rows j*m:(j+1)*m
+        group_targets = None if group[0] is None else np.concatenate([t[todo] for t in group])
+        adv, hit = _one_run(frame, rows, group_targets, **settings)
+        adv, hit = adv.reshape((len(group), len(todo)) + adv.shape[1:]), hit.reshape(len(group), -1)
+        first, broken = hit.argmax(axis=0), hit.any(axis=0)  # the first target that succeeded
+        keep = broken | ~tried[todo]  # a point never broken keeps its first run's best iterate
+        x_adv[todo[keep]] = adv[first, np.arange(len(todo))][keep]
+        success[todo[broken]], tried[todo] = True, True
 
 
 def _check_classes(loss, targeted, n_classes):

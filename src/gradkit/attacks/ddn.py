@@ -25,7 +25,7 @@ from gradkit import _checks
 from gradkit.attacks import _engine as engine
 from gradkit.attacks import geometry
 from gradkit.attacks._frame import Frame
-from gradkit.attacks.fmn import SINGLE_INPUT, Y_REQUIRED, refuse_eps
+from gradkit.attacks.fmn import Y_REQUIRED, refuse_eps
 
 
 def ddn(
@@ -90,7 +90,7 @@ def ddn(
         batch_size=batch_size,
         output=output,
         targeted=targeted,
-        single_input=SINGLE_INPUT,
+        single_input="DDN",
         y_required=Y_REQUIRED,
     ).as_float32()
     x0, clip = frame.x0, frame.clip_values is not None
@@ -118,7 +118,7 @@ def update(objective, clip, targeted):
         success = engine.hit(objective, logits, fixed, targeted)
         state, delta, _ = engine.record_smallest(state, fixed, success, 2.0)
         size = geometry.row_norm(grad, 2.0)
-        zero = size < 1e-12  # a zero gradient: a random direction instead (fixed per sample)
+        zero = size < geometry.TINY  # a zero gradient: a random direction instead (fixed per sample)
         grad = ops.where(
             engine.rows_mask(zero, grad), fixed["noise"], grad / _rows(ops.maximum(size, geometry.TINY), grad)
         )

@@ -138,8 +138,7 @@ def fab(
         batch_size=batch_size,
         output=output,
         objective=objective,
-        single_input="APGD and Square attack single-input models",
-        hint=" (use gradkit.pgd for several inputs)",
+        single_input="FAB",
     )
     _check_classes(args["targeted"], frame.n_classes)
     options = dict(batch_size=frame.batch_size, output=output, objective=objective)
@@ -201,7 +200,7 @@ def _random_start(x0, radius, norm, bounds, rng):
     """AutoAttack's restart: x0 plus a random direction of norm radius / 2 (Linf uniform, else gaussian)."""
     t = rng.uniform(-1, 1, x0.shape) if norm == np.inf else rng.standard_normal(x0.shape)
     scale = geometry.norms(t, norm).reshape((-1,) + (1,) * (x0.ndim - 1))
-    start = x0 + (0.5 * radius.reshape(scale.shape) * t / np.maximum(scale, 1e-12)).astype(np.float32)
+    start = x0 + (0.5 * radius.reshape(scale.shape) * t / np.maximum(scale, geometry.TINY)).astype(np.float32)
     return start if bounds is None else np.clip(start, bounds[0], bounds[1]).astype(np.float32)
 
 
@@ -324,7 +323,7 @@ def _pick(df, dg, same, norm):
     """`(f (b,), w (b, D))` of the class whose linearized boundary is closest in the attack's norm."""
     if df.shape[1] == 1:  # FAB-T: the target's row (never the label)
         return df[:, 0], dg[:, 0]
-    ratio = ops.abs(df) / (geometry.lp_norm(dg, geometry.DUAL[float(norm)]) + 1e-12)
+    ratio = ops.abs(df) / (geometry.lp_norm(dg, geometry.DUAL[float(norm)]) + geometry.TINY)
     ratio = ops.where(same, _FAR, ratio)
     best = ops.cast(ops.argmin(ratio, axis=1), "int32")
     pick = ops.cast(ops.expand_dims(best, -1) == ops.arange(df.shape[1], dtype="int32"), df.dtype)

@@ -34,7 +34,6 @@ from gradkit.attacks._frame import Frame
 from gradkit.gradients import check_x
 
 NORMS = (0.0, 1.0, 2.0, np.inf)
-SINGLE_INPUT = "minimum-norm attacks take single-input models"
 Y_REQUIRED = "`y` (the target classes) is required when targeted=True. Received: y=None"
 
 
@@ -112,7 +111,7 @@ def fmn(
         batch_size=batch_size,
         output=output,
         targeted=targeted,
-        single_input=SINGLE_INPUT,
+        single_input="FMN",
         y_required=Y_REQUIRED,
     ).as_float32()
     x0, targeted = frame.x0, frame.targeted

@@ -113,8 +113,7 @@ def square(
         output=output,
         objective=objective,
         targeted=targeted,
-        single_input="APGD and Square attack single-input models",
-        hint=" (use gradkit.pgd for several inputs)",
+        single_input="Square",
     )
     if eps == 0:
         x_adv = frame.x0.copy()
