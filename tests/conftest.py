@@ -19,6 +19,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from helpers import models  # noqa: E402
+
 BACKEND = keras.backend.backend()
 
 
@@ -27,6 +29,18 @@ def _seed():
     keras.utils.set_random_seed(0)
     yield
     keras.config.set_dtype_policy("float32")
+
+
+@pytest.fixture(scope="module")
+def digits_mlp():
+    """A softmax MLP trained on digits, with 200 held-out rows: `(model, x, y)` (see helpers.models)."""
+    return models.digits_mlp()
+
+
+@pytest.fixture(scope="module")
+def digits_cnn():
+    """A logits CNN trained on digits, with 300 held-out images: `(model, x, y)` (see helpers.models)."""
+    return models.digits_cnn()
 
 
 def set_weights_from(model, seed=0, scale=0.5):

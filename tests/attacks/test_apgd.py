@@ -9,7 +9,6 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
-from sklearn.datasets import load_digits
 
 import gradkit
 from gradkit import backend
@@ -17,25 +16,9 @@ from gradkit.attacks import decide
 from gradkit.attacks._frame import Frame, gradient_for
 from gradkit.attacks.apgd import l1_marks, sparse_direction, stages
 from gradkit.gradients._cache import cached_values
+from helpers.models import l1_sizes, random_images, small_cnn
 
 from conftest import BACKEND, set_weights_from
-
-LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-
-def cnn(seed=0):
-    keras.utils.set_random_seed(seed)
-    model = keras.Sequential([
-        keras.Input((6, 6, 2)), keras.layers.Conv2D(4, 3, activation="relu"), keras.layers.Flatten(),
-        keras.layers.Dense(3),
-    ])  # fmt: skip
-    model.compile(loss=LOGITS_CE)
-    return model
-
-
-def data(n=20):
-    rng = np.random.RandomState(0)
-    return rng.uniform(size=(n, 6, 6, 2)).astype("float32"), rng.randint(0, 3, n)
 
 
 @pytest.mark.parametrize(
@@ -47,7 +30,7 @@ def test_device_apgd_equals_the_numpy_core(loss, norm, targeted):
     from gradkit.attacks.apgd import run as apgd_run
     from oracles.apgd import apgd_core
 
-    model, (x, y) = cnn(1), data(24)
+    model, (x, y) = small_cnn(1), random_images(24)
     y = gradkit.attacks.predict_labels(gradient_for(model), x)
     eps = 0.05 if norm == np.inf else 0.15
     session = Frame(model, x, y, clip_values=(0, 1), loss=loss, targeted=targeted, single_input="APGD")
@@ -72,18 +55,6 @@ def test_device_apgd_equals_the_numpy_core(loss, norm, targeted):
     # L2: the per-sample norms are sums in another order than numpy's (float32 rounding, through momentum)
     np.testing.assert_allclose(adv, ref, atol=1e-5 if norm == np.inf else 1e-4)
     assert session.n_gradients == expected
-
-
-@pytest.fixture(scope="module")
-def digits_mlp():
-    keras.utils.set_random_seed(0)
-    d = load_digits()
-    x, y = (d.data / 16.0).astype("float32"), d.target
-    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
-                              keras.layers.Dense(10, activation="softmax")])  # fmt: skip
-    model.compile(keras.optimizers.Adam(0.01), "sparse_categorical_crossentropy")
-    model.fit(x[:1200], y[:1200], epochs=15, batch_size=64, verbose=0)
-    return model, x[1200:1400], y[1200:1400]
 
 
 def accuracy(model, x, y):
@@ -220,22 +191,6 @@ def test_l1_schedules():
     assert l1_marks(10) == list(range(1, 11))
     assert stages(1.0, 100) == [(3.0, 30), (2.0, 30), (1.0, 40)]
     assert stages(1.0, 2) == [(1.0, 2)]
-
-
-@pytest.fixture(scope="module")
-def digits_cnn():
-    keras.utils.set_random_seed(0)
-    d = load_digits()
-    x, y = (d.images / 16.0).astype("float32")[..., None], d.target
-    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(16, 3, activation="relu"),
-                              keras.layers.Flatten(), keras.layers.Dense(10)])  # fmt: skip
-    model.compile(keras.optimizers.Adam(0.01), LOGITS_CE)
-    model.fit(x[:1400], y[:1400], epochs=6, batch_size=64, verbose=0)
-    return model, x[1400:1700], y[1400:1700]
-
-
-def l1_sizes(adv, x):
-    return np.abs(adv.astype(np.float64) - x).reshape(len(x), -1).sum(axis=1)
 
 
 @pytest.mark.parametrize("options", [{}, {"use_largereps": True}, {"targeted": True, "n_target_classes": 3}])

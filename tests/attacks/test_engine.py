@@ -14,29 +14,13 @@ from gradkit import backend
 from gradkit.attacks import _engine
 from gradkit.attacks._frame import gradient_for, owner, step_for
 from gradkit.gradients import AttackGradient, _model_io
+from helpers.models import random_images, small_cnn
 
 from conftest import BACKEND
 
-LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-
-def cnn(seed=0):
-    keras.utils.set_random_seed(seed)
-    model = keras.Sequential([
-        keras.Input((6, 6, 2)), keras.layers.Conv2D(4, 3, activation="relu"), keras.layers.Flatten(),
-        keras.layers.Dense(3),
-    ])  # fmt: skip
-    model.compile(loss=LOGITS_CE)
-    return model
-
-
-def data(n=20):
-    rng = np.random.RandomState(0)
-    return rng.uniform(size=(n, 6, 6, 2)).astype("float32"), rng.randint(0, 3, n)
-
 
 def test_one_trace_per_input_shape_for_any_eps_step_and_range():
-    model, (x, y) = cnn(), data()
+    model, (x, y) = small_cnn(), random_images()
     for eps, clip in [(0.05, (0, 1)), (0.1, (0, 1)), (0.3, (-1, 2))]:
         gradkit.pgd(model, x, y, eps=eps, eps_step=eps / 3, steps=3, clip_values=clip, seed=0)
     grad = gradient_for(model)
@@ -50,7 +34,7 @@ def test_one_trace_per_input_shape_for_any_eps_step_and_range():
 def test_jax_steps_between_checkpoints_make_no_host_transfer(monkeypatch):
     import jax
 
-    model, (x, y) = cnn(), data()
+    model, (x, y) = small_cnn(), random_images()
     guarded, advance = [], _engine.advance
 
     def checked(step, variables, state, fixed, n_steps):
@@ -75,7 +59,7 @@ def test_jax_steps_between_checkpoints_make_no_host_transfer(monkeypatch):
 
 @pytest.mark.skipif(BACKEND == "jax", reason="JAX: checked with jax.transfer_guard")
 def test_numpy_conversions_do_not_grow_with_steps(monkeypatch):
-    model, (x, y) = cnn(), data()
+    model, (x, y) = small_cnn(), random_images()
     calls = []
     to_numpy, convert = backend.to_numpy, keras.ops.convert_to_numpy
     monkeypatch.setattr(backend, "to_numpy", lambda t: calls.append(1) or to_numpy(t))

@@ -8,14 +8,12 @@ import numpy as np
 import pytest
 from keras import ops
 from scipy.optimize import minimize
-from sklearn.datasets import load_digits
 
 import gradkit
 from gradkit.attacks import geometry
+from helpers.models import accuracy, l1_sizes
 
 from conftest import BACKEND
-
-LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
 def _device_projection():
@@ -116,18 +114,6 @@ def test_l1_and_l0_projections_by_hand():
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(project_l0_ball(w, k)), [[0.0, -3.0, 2.0, 0.0]])
 
 
-@pytest.fixture(scope="module")
-def digits_mlp():
-    keras.utils.set_random_seed(0)
-    d = load_digits()
-    x, y = (d.data / 16.0).astype("float32"), d.target
-    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
-                              keras.layers.Dense(10, activation="softmax")])  # fmt: skip
-    model.compile(keras.optimizers.Adam(0.01), "sparse_categorical_crossentropy")
-    model.fit(x[:1200], y[:1200], epochs=15, batch_size=64, verbose=0)
-    return model, x[1200:1400], y[1200:1400]
-
-
 @pytest.mark.parametrize("norm, eps", [(np.inf, 0.1), (np.inf, 8 / 255), (2, 1.0)])
 def test_examples_are_in_the_ball_exactly_as_a_user_checks_it(digits_mlp, norm, eps):
     """`x0 + float32(0.1)` can lie 0.10000002 from `x0`; every attack's examples are within eps in
@@ -150,26 +136,6 @@ def test_examples_are_in_the_ball_exactly_as_a_user_checks_it(digits_mlp, norm, 
             assert size.max() <= eps, (name, dtype, float(size.max()))
         if norm == np.inf and name != "square":  # sign steps end on the ball's face: eps to 1e-7
             assert np.abs(adv - x).max() > eps - 1e-7, name
-
-
-@pytest.fixture(scope="module")
-def digits_cnn():
-    keras.utils.set_random_seed(0)
-    d = load_digits()
-    x, y = (d.images / 16.0).astype("float32")[..., None], d.target
-    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(16, 3, activation="relu"),
-                              keras.layers.Flatten(), keras.layers.Dense(10)])  # fmt: skip
-    model.compile(keras.optimizers.Adam(0.01), LOGITS_CE)
-    model.fit(x[:1400], y[:1400], epochs=6, batch_size=64, verbose=0)
-    return model, x[1400:1700], y[1400:1700]
-
-
-def accuracy(model, x, y):
-    return float(np.mean(model.predict(x, verbose=0).argmax(axis=1) == y))
-
-
-def l1_sizes(adv, x):
-    return np.abs(adv.astype(np.float64) - x).reshape(len(x), -1).sum(axis=1)
 
 
 @pytest.mark.parametrize("attack", ["fgsm", "bim", "pgd"])

@@ -14,6 +14,7 @@ from sklearn.neural_network import MLPClassifier
 import gradkit
 from gradkit import attacks as _base
 from gradkit.attacks import decide, geometry
+from helpers.models import LOGITS_CE, accuracy, loud_ensemble, random_images, small_cnn
 
 from conftest import ball, set_weights_from
 
@@ -24,9 +25,6 @@ ATTACKS = {
         m, x, y, eps=eps, eps_step=eps / 2 or 0.05, steps=5, seed=0, **kw
     ),
 }
-
-
-LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
 def distance(a, b, norm):
@@ -54,10 +52,6 @@ def digits():
     model.set_weights([w for pair in zip(mlp.coefs_, mlp.intercepts_) for w in pair])
     model.compile(loss=LOGITS_CE)
     return model, x[1500:1700], y[1500:1700]
-
-
-def accuracy(model, x, y):
-    return float(np.mean(model.predict(x, verbose=0).argmax(axis=1) == y))
 
 
 def tanh_model(seed=3):
@@ -331,21 +325,6 @@ def test_one_pgd_step_size_default_everywhere(monkeypatch):
     assert _default_eps_step("pgd", 0.2, 4, True) == pytest.approx(0.125)
 
 
-def cnn(seed=0):
-    keras.utils.set_random_seed(seed)
-    model = keras.Sequential([
-        keras.Input((6, 6, 2)), keras.layers.Conv2D(4, 3, activation="relu"), keras.layers.Flatten(),
-        keras.layers.Dense(3),
-    ])  # fmt: skip
-    model.compile(loss=LOGITS_CE)
-    return model
-
-
-def data(n=20):
-    rng = np.random.RandomState(0)
-    return rng.uniform(size=(n, 6, 6, 2)).astype("float32"), rng.randint(0, 3, n)
-
-
 def numpy_pgd(model, x, y, eps, eps_step, steps, norm):
     """Classic PGD (keep="last", no random start) with gradkit's numpy geometry and InputGradient."""
     x_adv = x.copy()
@@ -358,7 +337,7 @@ def numpy_pgd(model, x, y, eps, eps_step, steps, norm):
 
 @pytest.mark.parametrize("norm", [np.inf, 2])
 def test_device_steps_equal_the_numpy_loop(norm):
-    model, (x, y) = cnn(), data()
+    model, (x, y) = small_cnn(), random_images()
     eps = 0.1 if norm == np.inf else 0.5
     adv = gradkit.bim(
         model, x, y, eps=eps, eps_step=eps / 4, steps=6, norm=norm, clip_values=(0, 1), keep="last"
@@ -386,22 +365,6 @@ def test_vote_margin_follows_a_vote_that_the_loss_sum_cannot_see():
     fooled = gradkit.pgd(ens, x, y, objective="vote_margin", **kw)
     assert decide(ens, fooled)[0] == 1
     np.testing.assert_allclose(fooled, [[0.55, 0.5]], atol=1e-6)  # the first iterate that fooled the vote
-
-
-def linear(kernel, bias):
-    inp = keras.Input((2,))
-    model = keras.Model(inp, keras.layers.Dense(2)(inp))
-    model.set_weights([np.asarray(kernel, "float32"), np.asarray(bias, "float32")])
-    model.compile(loss=LOGITS_CE)
-    return model
-
-
-def loud_ensemble():
-    """Member 0 (weight 0.6) decides the vote: class 1 iff x0 > 0.5. Member 1 (z1 = 30 - 50 x0) is
-    saturated on class 1, and its cross-entropy gradient is 50x larger and points the other way."""
-    deciding = linear([[0.0, 1.0], [0.0, 0.0]], [0.0, -0.5])
-    loud = linear([[0.0, -50.0], [0.0, 0.0]], [0.0, 30.0])
-    return gradkit.WeightedEnsemble([deciding, loud], [0.6, 0.4])
 
 
 def test_a_point_fooled_mid_run_keeps_the_fooling_example():

@@ -4,23 +4,10 @@ norms are those the attacks take."""
 
 import keras
 import numpy as np
-import pytest
-from sklearn.datasets import load_digits
 
 import gradkit
 from gradkit.attacks import decide, run_attack
-
-
-@pytest.fixture(scope="module")
-def digits_mlp():
-    keras.utils.set_random_seed(0)
-    d = load_digits()
-    x, y = (d.data / 16.0).astype("float32"), d.target
-    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
-                              keras.layers.Dense(10, activation="softmax")])  # fmt: skip
-    model.compile(keras.optimizers.Adam(0.01), "sparse_categorical_crossentropy")
-    model.fit(x[:1200], y[:1200], epochs=15, batch_size=64, verbose=0)
-    return model, x[1200:1400], y[1200:1400]
+from helpers.models import linear
 
 
 def test_run_attack_reports_success_on_the_real_decision_and_costs(digits_mlp):
@@ -31,17 +18,6 @@ def test_run_attack_reports_success_on_the_real_decision_and_costs(digits_mlp):
     assert not result.from_probabilities  # the softmax was removed: logits
     square = run_attack("square", model, x, y, eps=0.1, clip_values=(0, 1), seed=0, n_queries=20)
     assert square.n_gradients == 0 and len(x) <= square.n_forwards <= 20 * len(x) + 1
-
-
-LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-
-def linear(kernel, bias):
-    inp = keras.Input((2,))
-    model = keras.Model(inp, keras.layers.Dense(2)(inp))
-    model.set_weights([np.asarray(kernel, "float32"), np.asarray(bias, "float32")])
-    model.compile(loss=LOGITS_CE)
-    return model
 
 
 def test_the_vote_not_the_soft_mean_is_the_decision():

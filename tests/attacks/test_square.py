@@ -11,15 +11,13 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
-from sklearn.datasets import load_digits
 
 import gradkit
 from gradkit import backend
 from gradkit.attacks import _engine, decide, recording
 from gradkit.attacks.square import draws, l2_proposal, linf_proposal, p_schedule
+from helpers.models import accuracy, l1_sizes
 from oracles.square import square_core
-
-LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 SQUARE = sys.modules["gradkit.attacks.square"]  # the module (`gradkit.attacks.square` is the function)
 
@@ -239,18 +237,6 @@ def test_square_linf_outputs_match_the_whole_image_formula(shape, monkeypatch):
         assert not np.array_equal(patched, x)
 
 
-@pytest.fixture(scope="module")
-def digits_mlp():
-    keras.utils.set_random_seed(0)
-    d = load_digits()
-    x, y = (d.data / 16.0).astype("float32"), d.target
-    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
-                              keras.layers.Dense(10, activation="softmax")])  # fmt: skip
-    model.compile(keras.optimizers.Adam(0.01), "sparse_categorical_crossentropy")
-    model.fit(x[:1200], y[:1200], epochs=15, batch_size=64, verbose=0)
-    return model, x[1200:1400], y[1200:1400]
-
-
 @pytest.mark.parametrize("batch_size", [None, 7])
 def test_a_bound_forward_gives_forward_and_traces_nothing_new(digits_mlp, batch_size):
     """`AttackGradient.bind` (Square's forward pass on fixed rows) equals `forward`, for a model and an
@@ -305,26 +291,6 @@ def test_square_with_its_bound_forward_equals_the_plain_forward(digits_mlp):
     engine_success = session.success
     assert abs(engine_success.mean() - success.mean()) <= 0.15 and session.n_gradients == 0
     np.testing.assert_array_equal(engine_success, decide(model, adv) != y)
-
-
-@pytest.fixture(scope="module")
-def digits_cnn():
-    keras.utils.set_random_seed(0)
-    d = load_digits()
-    x, y = (d.images / 16.0).astype("float32")[..., None], d.target
-    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(16, 3, activation="relu"),
-                              keras.layers.Flatten(), keras.layers.Dense(10)])  # fmt: skip
-    model.compile(keras.optimizers.Adam(0.01), LOGITS_CE)
-    model.fit(x[:1400], y[:1400], epochs=6, batch_size=64, verbose=0)
-    return model, x[1400:1700], y[1400:1700]
-
-
-def accuracy(model, x, y):
-    return float(np.mean(model.predict(x, verbose=0).argmax(axis=1) == y))
-
-
-def l1_sizes(adv, x):
-    return np.abs(adv.astype(np.float64) - x).reshape(len(x), -1).sum(axis=1)
 
 
 def test_square_l1_stays_in_the_ball_and_the_box(digits_cnn):

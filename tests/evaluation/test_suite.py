@@ -18,6 +18,7 @@ from gradkit.attacks import decide
 from gradkit.evaluation import Evaluation, check_curve, evaluate
 from gradkit.gradients import WeightedEnsemble
 from helpers.binary import binary_model, diagonal_data, hand_accuracy
+from helpers.models import loud_ensemble
 
 THRESHOLDS = {
     "fgsm": 0.2,
@@ -444,25 +445,6 @@ def test_gradient_masking_needs_more_than_a_stray_point(broken, attacked, flagge
     late_fgsm = [*entries[:2], types.SimpleNamespace(name="fgsm", attack="fgsm")]
     per_attack["fgsm"] = {"n_broken": 1, "n_points": 352}  # one point: the iterative attacks did not converge
     assert [f["name"] for f in _flags.late_breaks(late_fgsm, per_attack)] == ["one_step_beats_iterative"]
-
-
-LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-
-def linear_member(kernel, bias):
-    inp = keras.Input((2,))
-    model = keras.Model(inp, keras.layers.Dense(2)(inp))
-    model.set_weights([np.asarray(kernel, "float32"), np.asarray(bias, "float32")])
-    model.compile(loss=LOGITS_CE)
-    return model
-
-
-def loud_ensemble():
-    """Member 0 (weight 0.6) decides the vote: class 1 iff x0 > 0.5. Member 1 (z1 = 30 - 50 x0) is
-    saturated on class 1, and its cross-entropy gradient is 50x larger and points the other way."""
-    deciding = linear_member([[0.0, 1.0], [0.0, 0.0]], [0.0, -0.5])
-    loud = linear_member([[0.0, -50.0], [0.0, 0.0]], [0.0, 30.0])
-    return gradkit.WeightedEnsemble([deciding, loud], [0.6, 0.4])
 
 
 def test_evaluate_breaks_with_vote_margin_what_loss_sum_cannot_and_flags_the_dominant_member():

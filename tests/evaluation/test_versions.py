@@ -6,15 +6,13 @@ import types
 import keras
 import numpy as np
 import pytest
-from sklearn.datasets import load_digits
 
 import gradkit
 from gradkit import attacks as registry
 from gradkit import evaluate
 from gradkit.evaluation import _versions
 from gradkit.gradients import AttackGradient, WeightedEnsemble
-
-LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+from helpers.models import accuracy, l1_sizes
 
 AMPLITUDE, NOISE = 0.01, 0.15  # the random input layer: phase-noise amplitude, Gaussian noise
 
@@ -265,26 +263,6 @@ def test_rand_version_beats_standard_on_a_randomized_model():
     repeated = np.mean([np.argmax(model.predict(rand.x_adv, verbose=0), axis=1) == y for _ in range(20)])
     assert rand.robust_accuracy <= repeated  # what 20 predictions of its examples confirm
     assert np.abs(rand.x_adv - x).max() <= 0.15 + 1e-6
-
-
-@pytest.fixture(scope="module")
-def digits_cnn():
-    keras.utils.set_random_seed(0)
-    d = load_digits()
-    x, y = (d.images / 16.0).astype("float32")[..., None], d.target
-    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(16, 3, activation="relu"),
-                              keras.layers.Flatten(), keras.layers.Dense(10)])  # fmt: skip
-    model.compile(keras.optimizers.Adam(0.01), LOGITS_CE)
-    model.fit(x[:1400], y[:1400], epochs=6, batch_size=64, verbose=0)
-    return model, x[1400:1700], y[1400:1700]
-
-
-def accuracy(model, x, y):
-    return float(np.mean(model.predict(x, verbose=0).argmax(axis=1) == y))
-
-
-def l1_sizes(adv, x):
-    return np.abs(adv.astype(np.float64) - x).reshape(len(x), -1).sum(axis=1)
 
 
 def test_evaluate_l1_runs_autoattacks_l1_cascade(digits_cnn):

@@ -1,12 +1,12 @@
 """APGD against the peers at equal steps: ART's AutoProjectedGradientDescent on TensorFlow and
 torchattacks' APGD on PyTorch on a trained digits CNN (eps 0.1), and adv-lib 0.2.8's L1 APGD on PyTorch."""
 
-import keras
 import numpy as np
 import pytest
-from sklearn.datasets import load_digits
 
 import gradkit
+from helpers import models
+from helpers.models import LOGITS_CE, accuracy
 
 from conftest import BACKEND
 
@@ -14,26 +14,12 @@ if BACKEND not in ("tensorflow", "torch"):
     pytest.skip("ART runs on TensorFlow, torchattacks on PyTorch", allow_module_level=True)
 
 
-LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-
 STEPS, EPS, N = 20, 0.1, 300
 
 
 @pytest.fixture(scope="module")
 def cnn():
-    keras.utils.set_random_seed(0)
-    d = load_digits()
-    x, y = (d.images / 16.0).astype("float32")[..., None], d.target
-    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(16, 3, activation="relu"),
-                              keras.layers.Flatten(), keras.layers.Dense(10)])  # fmt: skip
-    model.compile(keras.optimizers.Adam(0.01), LOGITS_CE)
-    model.fit(x[:1400], y[:1400], epochs=6, batch_size=64, verbose=0)
-    return model, x[1400 : 1400 + N], y[1400 : 1400 + N]
-
-
-def accuracy(model, x, y):
-    return float(np.mean(model.predict(x, verbose=0).argmax(axis=1) == y))
+    return models.digits_cnn(n_test=N)
 
 
 def peer_apgd(model, x, y, loss):
@@ -84,19 +70,9 @@ def test_evaluate_is_never_above_the_worst_case_of_the_peers_and_pgd(cnn):
     assert accuracy(model, result.x_adv, y) == result.robust_accuracy  # its examples show it
 
 
-LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-
 @pytest.fixture(scope="module")
 def digits_cnn():
-    keras.utils.set_random_seed(0)
-    d = load_digits()
-    x, y = (d.images / 16.0).astype("float32")[..., None], d.target
-    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(16, 3, activation="relu"),
-                              keras.layers.Flatten(), keras.layers.Dense(10)])  # fmt: skip
-    model.compile(keras.optimizers.Adam(0.01), LOGITS_CE)
-    model.fit(x[:1400], y[:1400], epochs=6, batch_size=64, verbose=0)
-    return model, x[1400:1700], y[1400:1700]
+    return models.digits_cnn(filters=8, n_train=1200, epochs=5, n_test=100)
 
 
 SEEDS = (0, 1)  # adv-lib's L1 APGD: one seed moves a figure by about a point, two are averaged

@@ -3,13 +3,12 @@ torchattacks take a torch.nn.Module, which a Keras model is there): FMN and DDN 
 (per-sample median norm within 5%, robust accuracy within 1 point), FAB against adv-lib and FAB-T against
 torchattacks' multi-targeted FAB."""
 
-import keras
 import numpy as np
 import pytest
-from sklearn.datasets import load_digits
 
 import gradkit
 from gradkit.attacks import decide, recording
+from helpers import models
 
 from conftest import BACKEND, import_adv_lib
 
@@ -28,14 +27,7 @@ EPS = {np.inf: [0.05, 0.1, 0.2], 2: [0.5, 1.0], 1: [2.0, 4.0]}
 
 @pytest.fixture(scope="module")
 def cnn():
-    keras.utils.set_random_seed(0)
-    d = load_digits()
-    x, y = (d.images / 16.0).astype("float32")[..., None], d.target
-    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(16, 3, activation="relu"),
-                              keras.layers.Flatten(), keras.layers.Dense(10)])  # fmt: skip
-    model.compile(keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(x[:1400], y[:1400], epochs=6, batch_size=64, verbose=0)
-    return model, x[1400 : 1400 + N], y[1400 : 1400 + N]
+    return models.digits_cnn(n_test=N)
 
 
 def peer_norms(model, x, y, adv, norm):
@@ -87,9 +79,6 @@ def test_ddn_matches_adv_lib(cnn):
     compare(ours, peer_norms(model, x, y, adv, 2), EPS[2])
 
 
-LOGITS_CE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-
 NORMS = [np.inf, 2, 1]
 
 
@@ -107,16 +96,7 @@ def fab_run(model, x, y, **kwargs):
 
 @pytest.fixture(scope="module")
 def digits_cnn():
-    from sklearn.datasets import load_digits
-
-    keras.utils.set_random_seed(0)
-    d = load_digits()
-    x, y = (d.images / 16.0).astype("float32")[..., None], d.target
-    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(8, 3, activation="relu"),
-                              keras.layers.Flatten(), keras.layers.Dense(10)])  # fmt: skip
-    model.compile(keras.optimizers.Adam(0.01), LOGITS_CE)
-    model.fit(x[:1200], y[:1200], epochs=5, batch_size=64, verbose=0)
-    return model, x[1200:1300], y[1200:1300]
+    return models.digits_cnn(filters=8, n_train=1200, epochs=5, n_test=100)
 
 
 PARITY_EPS = {np.inf: (0.05, 0.1, 0.2), 2: (0.5, 1.0), 1: (2.0, 4.0)}
