@@ -1,6 +1,12 @@
 """What every `gradkit` command shares: the parser class whose errors become exit code 2, option types."""
 
 import argparse
+import re
+
+# A value that starts with "-" and a digit (or "-." and a digit) is a number, never an option: gradkit's
+# options all start with "--" and a letter, so "--clip-values -4,14", "--eps -1/2" and "--seed -1" parse
+# without "=" (argparse's own pattern takes only a lone number such as -4 or -0.5).
+NEGATIVE_NUMBER = re.compile(r"^-\.?\d")
 
 
 class UsageError(Exception):
@@ -8,7 +14,12 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser that raises `UsageError` instead of exiting."""
+    """An ArgumentParser that raises `UsageError` instead of exiting, and reads a value starting with "-"
+    and a digit as a (negative) number or list of numbers, not as an option (`NEGATIVE_NUMBER`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = NEGATIVE_NUMBER  # argparse's hook (every Python >= 3.11)
 
     def error(self, message):
         raise UsageError(
