@@ -42,3 +42,33 @@ def test_an_option_missing_its_value_is_still_a_usage_error(capsys):
     assert "argument --clip-values: expected one argument" in capsys.readouterr().err
     assert cli.main(["evaluate", "m", "d", "--eps", "0.1", "--clip-values", "--seed", "1"]) == 2
     assert "argument --clip-values: expected one argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("0.1", [0.1]), ("8/255", [8 / 255]), ("0, 4/255,8/255", [0.0, 4 / 255, 8 / 255]), ("0", [0.0])],
+)
+def test_eps_takes_numbers_fractions_and_lists(text, expected):
+    args = cli.build_parser().parse_args(["evaluate", "m", "d", "--eps", text])
+    assert args.eps == pytest.approx(expected, rel=0, abs=0)
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("8/0", "(8/0 has a zero denominator)"),
+        ("0.1,8/0", "(8/0 has a zero denominator)"),
+        ("-1", "(-1 is not a finite number >= 0)"),
+        ("-8/255", "(-8/255 is not a finite number >= 0)"),
+        ("nan", "(nan is not a finite number >= 0)"),
+        ("inf", "(inf is not a finite number >= 0)"),
+        ("abc", "('abc' is not a number)"),
+        ("8/x", "('8/x' is not a number or a fraction)"),
+        ("0.1,", "('' is not a number)"),
+    ],
+)
+def test_a_bad_eps_is_a_usage_error_naming_eps_and_the_item(capsys, text, why):
+    assert cli.main(["evaluate", "m", "d", "--eps", text]) == 2  # before MODEL or DATA is looked at
+    err = capsys.readouterr().err
+    assert "`--eps` must be comma-separated numbers >= 0 (fractions such as 8/255 allowed)" in err
+    assert f"Received: --eps {text} {why}" in err and "Traceback" not in err

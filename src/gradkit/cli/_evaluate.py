@@ -9,7 +9,7 @@ import os
 import sys
 
 from gradkit import _quiet
-from gradkit.cli._parser import number_list, word_list
+from gradkit.cli._parser import eps_list, number_list, word_list
 
 _EXAMPLE = """examples:
   gradkit evaluate runs/demo/single.keras digits --eps 0.1 --out runs/eval
@@ -22,15 +22,6 @@ cifar10: the test split gradkit study uses). --model-fn's function takes no argu
 (input_shape, n_classes) and returns the Keras model whose weights MODEL holds."""
 
 
-def _eps(text):
-    """Comma-separated eps, each a float or a fraction such as 8/255."""
-    values = []
-    for item in text.split(","):
-        top, slash, bottom = item.strip().partition("/")
-        values.append(float(top) / float(bottom) if slash else float(top))
-    return values
-
-
 def _shard(text):
     k, slash, n = text.partition("/")
     if not slash or not k.strip().isdigit() or not n.strip().isdigit():
@@ -39,7 +30,7 @@ def _shard(text):
 
 
 _LAUNCHED = {"WORLD_SIZE", "JAX_NUM_PROCESSES"}  # set by torchrun, or by you for jax.distributed
-_eps.__name__, _shard.__name__ = "eps list", "K/N"
+_shard.__name__ = "K/N"
 
 
 def add_parser(commands):
@@ -57,7 +48,12 @@ def add_parser(commands):
     add = command.add_argument
     add("model", metavar="MODEL", help="a .keras file, a saved boosted model folder, or weights (--model-fn)")
     add("data", metavar="DATA", help="a .npz (x_test, y_test or x, y) or a study data set name")
-    add("--eps", type=_eps, required=True, help="comma-separated eps >= 0 in input units (8/255 allowed)")
+    add(
+        "--eps",
+        type=eps_list("--eps"),
+        required=True,
+        help="comma-separated eps >= 0 in input units (8/255 allowed)",
+    )
     add("--norm", choices=["linf", "l2", "l1"], default="linf", help="the threat model (default: linf)")
     add(
         "--version",

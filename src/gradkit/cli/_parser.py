@@ -1,6 +1,7 @@
 """What every `gradkit` command shares: the parser class whose errors become exit code 2, option types."""
 
 import argparse
+import math
 import re
 
 # A value that starts with "-" and a digit (or "-." and a digit) is a number, never an option: gradkit's
@@ -39,6 +40,34 @@ def number_list(kind):
             raise argparse.ArgumentTypeError(
                 f"expected comma-separated {kind.__name__}s, got {text!r}"
             ) from None
+        return values
+
+    return parse
+
+
+def eps_list(flag):
+    """An argparse type: comma-separated eps >= 0, each a number or a fraction such as 8/255.
+
+    A bad item is refused naming `flag` and the item (not a number, a zero denominator, negative, NaN or
+    inf): argparse turns the message into a usage error, exit code 2 before any work.
+    """
+    expected = f"`{flag}` must be comma-separated numbers >= 0 (fractions such as 8/255 allowed)"
+
+    def parse(text):
+        values = []
+        for item in (item.strip() for item in text.split(",")):
+            top, slash, bottom = item.partition("/")
+            try:
+                value = float(top) / float(bottom) if slash else float(top)
+            except ValueError:
+                why = f"{item!r} is not a number" + (" or a fraction" if slash else "")
+            except ZeroDivisionError:
+                why = f"{item} has a zero denominator"
+            else:
+                why = None if value >= 0 and math.isfinite(value) else f"{item} is not a finite number >= 0"
+            if why:
+                raise argparse.ArgumentTypeError(f"{expected}. Received: {flag} {text} ({why})")
+            values.append(value)
         return values
 
     return parse
