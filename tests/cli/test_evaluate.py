@@ -162,8 +162,11 @@ def test_bad_input_exits_2_names_what_differs_and_writes_nothing(capsys, files, 
     x, y = files["x"], files["y"]
     cases = {
         "wide.npz": (dict(x=np.zeros((8, 5), "float32"), y=np.zeros(8, "int64")), "x"),
-        "labels.npz": (dict(x_test=x, y_test=np.full(48, 7)), "outside [0, 3]"),
-        "range.npz": (dict(x_test=x * 2, y_test=y), "clip_values"),
+        "labels.npz": (
+            dict(x_test=x, y_test=np.full(48, 7)),
+            "`y` of `DATA` (the labels) holds class ids outside [0, 3]",
+        ),
+        "range.npz": (dict(x_test=x * 2, y_test=y), "`--clip-values` must hold the values of `DATA`'s x"),
         "keys.npz": (dict(inputs=x, y_test=y), "must hold x_test and y_test"),
     }
     for name, (arrays, message) in cases.items():
@@ -181,12 +184,33 @@ def test_bad_input_exits_2_names_what_differs_and_writes_nothing(capsys, files, 
         (["--shard", "3/2"], "1 <= K <= N"),
         (["--shard", "0/2"], "1 <= K <= N"),
         (["--shard", "2"], "invalid K/N value: '2'"),
-        (["--shard", "1/2", "--batch-size", "0"], "`--batch-size` must be >= 1"),
+        (
+            ["--shard", "1/2", "--batch-size", "0"],
+            "`--batch-size` must be an integer >= 1. Received: --batch-size=0",
+        ),
         (["--shard", "1/9", "--batch-size", "16"], "`--shard` must be at most the number of blocks of 16"),
         (["--eps", "-0.1"], "`--eps` must be comma-separated numbers >= 0"),
         (["--eps", "8/0"], "Received: --eps 8/0 (8/0 has a zero denominator)"),
         (["--eps", "0.1,junk"], "Received: --eps 0.1,junk ('junk' is not a number)"),
-        (["--attacks", "cw"], "`attacks[0]` must be"),
+        (["--attacks", "cw"], "`--attacks` must be comma-separated names from apgd-ce, "),
+        (["--attacks", "standard"], "AutoAttack's standard cascade is --version standard"),
+        (["--attacks", "fgsm/bad"], "item 0 of `--attacks` must be"),
+        (
+            ["--attacks", "fgsm,fgsm"],
+            "`--attacks` must be a list without repeated names. Received: --attacks=",
+        ),
+        (
+            ["--clip-values", "1,0"],
+            "`--clip-values` must be lo,hi: the input range, two finite numbers with lo < hi",
+        ),
+        (["--clip-values", "0,1,2"], "Received: --clip-values 0,1,2"),
+        (["--clip-values", "-inf,1"], "Received: --clip-values -inf,1"),
+        (["--seed", "-1"], "`--seed` must be an integer >= 0. Received: --seed=-1"),
+        (["--steps", "0"], "`--steps` must be an integer >= 1. Received: --steps=0"),
+        (["--n-queries", "0"], "`--n-queries` must be an integer >= 1. Received: --n-queries=0"),
+        (["--eot-iter", "0"], "`--eot-iter` must be an integer >= 1. Received: --eot-iter=0"),
+        (["--n-points", "-3"], "`--n-points` must be an integer >= 1. Received: --n-points=-3"),
+        (["--state", "."], "`--state` must be a file path, not a folder. Received: --state='.'"),
         (["--model-fn", "nowhere:build"], "names nothing importable"),
         (["--n-classes", "4"], "`--n-classes` is for --model-fn only"),
     ):
@@ -253,3 +277,16 @@ def test_help_imports_no_keras_and_no_backend(command):
     imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line]
     assert "gradkit.cli._evaluate" in imported
     assert not [name for name in imported if name.split(".")[0] in {"keras", "tensorflow", "jax", "torch"}]
+
+
+def test_a_negative_clip_value_parses_without_equals_and_evaluates_as_python(capsys, files, tmp_path):
+    out = tmp_path / "out"
+    args = [files["model"], files["data"], "--eps", "0.15", "--attacks", "fgsm", "--clip-values", "-4,14"]
+    code, seen = _run(capsys, *args, *ATTACK, "--out", str(out))
+    assert code == 0, seen.err
+    model = keras.saving.load_model(files["model"])
+    options = {**OPTIONS, "clip_values": (-4.0, 14.0), "attacks": ["fgsm"]}
+    expected = gradkit.evaluate(model, files["x"], files["y"], eps=0.15, **options)
+    assert [r["robust"] == "1" for r in _samples(out)] == expected.robust.tolist()
+    report = json.loads((out / "evaluation.json").read_text())
+    assert report["settings"]["clip_values"] == [-4.0, 14.0]

@@ -26,27 +26,27 @@ def _main(capsys, *args):
     [
         (
             ["--dataset", "cifar100"],
-            '`dataset` must be "digits", "mnist", "fashion_mnist", "cifar10" or a path',
+            '`--dataset` must be "digits", "mnist", "fashion_mnist", "cifar10" or a path',
         ),
-        (["--epsilons", "0,-0.1"], "`epsilons` must hold finite numbers >= 0"),
+        (["--epsilons", "0,-0.1"], "`--epsilons` must hold finite numbers >= 0"),
         (["--epsilons", "0,abc"], "argument --epsilons: expected comma-separated floats, got '0,abc'"),
-        (["--epsilons", "0,nan"], "`epsilons` must hold finite numbers >= 0"),
+        (["--epsilons", "0,nan"], "`--epsilons` must hold finite numbers >= 0"),
         (["--epsilons", ""], "argument --epsilons"),
-        (["--attacks", "fgsm,cw"], '`attacks` must be a non-empty list of "fgsm", "pgd", "apgd-ce"'),
-        (["--apgd-steps", "0"], "`apgd_steps` must be an integer >= 1"),
-        (["--square-queries", "0"], "`square_queries` must be an integer >= 1"),
-        (["--adv-steps", "0"], "`adv_steps` must be an integer >= 1"),
+        (["--attacks", "fgsm,cw"], '`--attacks` must be a non-empty list of "fgsm", "pgd", "apgd-ce"'),
+        (["--apgd-steps", "0"], "`--apgd-steps` must be an integer >= 1"),
+        (["--square-queries", "0"], "`--square-queries` must be an integer >= 1"),
+        (["--adv-steps", "0"], "`--adv-steps` must be an integer >= 1"),
         (["--adv-attack", "cw"], "argument --adv-attack: invalid choice: 'cw'"),
         (["--adv-mode", "both"], "argument --adv-mode: invalid choice: 'both'"),
-        (["--n-estimators", "0"], "`n_estimators` must be an integer >= 1. Received: n_estimators=0"),
-        (["--epochs", "-2"], "`epochs` must be an integer >= 1"),
+        (["--n-estimators", "0"], "`--n-estimators` must be an integer >= 1. Received: --n-estimators=0"),
+        (["--epochs", "-2"], "`--epochs` must be an integer >= 1"),
         (["--pgd-steps", "1.5"], "argument --pgd-steps: invalid int value"),
         (["--seed", "0.5"], "argument --seed: invalid int value: '0.5'"),
-        (["--seed", "-1"], "`seed` must be an integer >= 0. Received: seed=-1"),
-        (["--adv-eps", "-1"], "`adv_eps` must be >= 0. Received: adv_eps=-1.0"),
-        (["--model", "rnn"], '`model` must be "cnn", "mlp" or "module:function"'),
-        (["--model", "no module:build"], '`model` must be "cnn", "mlp" or "module:function"'),
-        (["--dataset", "missing.npz"], "`dataset` file does not exist"),
+        (["--seed", "-1"], "`--seed` must be an integer >= 0. Received: --seed=-1"),
+        (["--adv-eps", "-1"], "`--adv-eps` must be >= 0. Received: --adv-eps=-1.0"),
+        (["--model", "rnn"], '`--model` must be "cnn", "mlp" or "module:function"'),
+        (["--model", "no module:build"], '`--model` must be "cnn", "mlp" or "module:function"'),
+        (["--dataset", "missing.npz"], "`--dataset` file does not exist"),
     ],
 )
 def test_bad_options_exit_2_with_a_message_and_write_nothing(capsys, tmp_path, args, message):
@@ -61,9 +61,9 @@ def test_unusable_out_directories(capsys, tmp_path):
     afile = tmp_path / "file.txt"
     afile.write_text("x")
     code, err = _main(capsys, "--out", str(afile))
-    assert code == 2 and "`out` must be a directory" in err
+    assert code == 2 and "`--out` must be a directory" in err
     code, err = _main(capsys, "--out", str(afile / "sub"))
-    assert code == 2 and "`out` must be a writable directory" in err
+    assert code == 2 and "`--out` must be a writable directory" in err
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")
@@ -100,7 +100,7 @@ def test_bad_npz_and_cnn_on_flat_features_exit_2(capsys, tmp_path):
     flat = tmp_path / "flat.npz"
     np.savez(flat, x_train=np.zeros((4, 3)), y_train=[0, 1, 0, 1], x_test=np.zeros((2, 3)), y_test=[0, 1])
     code, err = _main(capsys, "--dataset", str(flat), "--out", str(tmp_path / "b"))
-    assert code == 2 and 'use model="mlp"' in err and not (tmp_path / "b").exists()
+    assert code == 2 and 'use --model="mlp"' in err and not (tmp_path / "b").exists()
 
 
 def test_help_and_missing_subcommand(capsys):
@@ -135,7 +135,7 @@ def test_console_script_exit_code():
         pytest.skip("the gradkit console script is not installed in this environment")
     proc = subprocess.run([script, "study", "--epsilons", "-1"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
-    assert "`epsilons` must hold finite numbers >= 0" in proc.stderr
+    assert "`--epsilons` must hold finite numbers >= 0" in proc.stderr
 
 
 def test_python_dash_m_runs_the_same_command_line():
@@ -146,7 +146,7 @@ def test_python_dash_m_runs_the_same_command_line():
         timeout=120,
     )
     assert proc.returncode == 2
-    assert "`epsilons` must hold finite numbers >= 0" in proc.stderr
+    assert "`--epsilons` must hold finite numbers >= 0" in proc.stderr
 
 
 def test_devices_needs_jax_and_existing_devices(capsys, tmp_path):

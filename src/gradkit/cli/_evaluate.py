@@ -9,6 +9,7 @@ import os
 import sys
 
 from gradkit import _quiet
+from gradkit.cli import _messages
 from gradkit.cli._parser import eps_list, number_list, word_list
 
 _EXAMPLE = """examples:
@@ -102,19 +103,16 @@ def _fail(message):
 
 def _prepare(args, inputs):
     """`(model, x, y, options)` checked to be usable; InputError/ValueError/TypeError otherwise."""
-    from gradkit import evaluation
+    from gradkit import attacks, evaluation
 
-    sizes = {"--n-points": args.n_points, "--batch-size": args.batch_size, "--n-classes": args.n_classes}
-    for name, value in sizes.items():
-        if value is not None and value < 1:
-            raise ValueError(f"`{name}` must be >= 1. Received: {value}")
-    if len(args.clip_values) != 2:
-        raise ValueError(f"`--clip-values` must be lo,hi. Received: {args.clip_values}")
+    _messages.check_evaluate(args)  # the numbers, in the flags' terms
     if args.n_classes is not None and not args.model_fn:
         raise ValueError("`--n-classes` is for --model-fn only (a saved model knows its classes)")
+    _messages.check_attacks(args.attacks, attacks.NAMES)
     x, y, _ = inputs.load_data(args.data)
     n_classes = args.n_classes or inputs.classes_in(y)  # all of DATA's labels, not the first N points'
     x, y = x[: args.n_points], y[: args.n_points]
+    _messages.check_data_range(x, args.clip_values)
     model = inputs.load_model(args.model, args.model_fn, input_shape=x.shape[1:], n_classes=n_classes)
     options = {
         "epsilons": sorted(set(args.eps)),
@@ -183,8 +181,8 @@ def run(args):
 
         model, x, y, options = _prepare(args, _inputs)
         shard, rank = _evaluate(model, x, y, options, args)
-    except (ValueError, TypeError) as err:
-        return _fail(err)
+    except (ValueError, TypeError) as err:  # the Python layer's parameters named as this command's flags
+        return _fail(_messages.as_flags(err, _messages.EVALUATE, _messages.EVALUATE_ARGUMENTS))
     except KeyboardInterrupt:
         print(
             "gradkit evaluate: interrupted; rerun the same command (with --state) to resume.", file=sys.stderr

@@ -4,10 +4,10 @@ import argparse
 import math
 import re
 
-# A value that starts with "-" and a digit (or "-." and a digit) is a number, never an option: gradkit's
-# options all start with "--" and a letter, so "--clip-values -4,14", "--eps -1/2" and "--seed -1" parse
-# without "=" (argparse's own pattern takes only a lone number such as -4 or -0.5).
-NEGATIVE_NUMBER = re.compile(r"^-\.?\d")
+# A value starting with "-" and a digit (or "-." and a digit, or "-inf") is a number, never an option:
+# gradkit's options all start with "--" and a letter, so "--clip-values -4,14", "--eps -1/2" and "--seed -1"
+# parse without "=" (argparse's own pattern takes only a lone number such as -4 or -0.5).
+NEGATIVE_NUMBER = re.compile(r"^-(\.?\d|inf)", re.IGNORECASE)
 
 
 class UsageError(Exception):

@@ -4,6 +4,7 @@ import argparse
 import sys
 
 from gradkit import _quiet, study
+from gradkit.cli._messages import as_flags, study_flags
 from gradkit.cli._parser import csv as _csv
 from gradkit.cli._parser import number_list as _number_list
 from gradkit.cli._parser import word_list as _word_list
@@ -188,8 +189,8 @@ def run(args):
         return 2
     try:
         result = study.run_study(options, progress=not args.no_progress, log=_tell)
-    except (study.ConfigError, study.DatasetError) as err:
-        print(f"gradkit study: error: {err}", file=sys.stderr)
+    except (study.ConfigError, study.DatasetError) as err:  # the options' keys named as the flags
+        print(f"gradkit study: error: {as_flags(err, study_flags(study.DEFAULTS))}", file=sys.stderr)
         return 2
     except WorseThanRandomError as err:  # a training that cannot succeed with these settings
         print(f"gradkit study: error: {err}", file=sys.stderr)
