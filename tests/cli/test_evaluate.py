@@ -290,3 +290,16 @@ def test_a_negative_clip_value_parses_without_equals_and_evaluates_as_python(cap
     assert [r["robust"] == "1" for r in _samples(out)] == expected.robust.tolist()
     report = json.loads((out / "evaluation.json").read_text())
     assert report["settings"]["clip_values"] == [-4.0, 14.0]
+
+
+def test_a_model_of_two_outputs_exits_2_naming_model_and_no_option_it_lacks(capsys, files, tmp_path):
+    inp = keras.Input((6,))
+    hidden = keras.layers.Dense(8, activation="tanh")(inp)
+    keras.Model(inp, [keras.layers.Dense(1)(hidden), keras.layers.Dense(4)(hidden)]).save(
+        tmp_path / "two.keras"
+    )
+    out = tmp_path / "out"
+    code, seen = _run(capsys, str(tmp_path / "two.keras"), files["data"], "--eps", "0.1", "--out", str(out))
+    assert code == 2 and "`MODEL` must have one output: evaluate attacks one classifier head" in seen.err
+    assert "keras.Model(model.inputs, model.outputs[1])" in seen.err and "output=" not in seen.err
+    assert not out.exists()

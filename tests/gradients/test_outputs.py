@@ -5,11 +5,14 @@ Most tests take a dict of two heads built in an order other than alphabetical (K
 differently across versions, keras#20596, #20346), compiled with per-output losses and loss weights.
 """
 
+import re
+
 import keras
 import numpy as np
 import pytest
 
 import gradkit
+from gradkit.gradients import predict_classes
 
 from conftest import set_weights_from
 
@@ -137,8 +140,14 @@ def test_unknown_output_name_lists_names_and_shapes():
             fn(model, X, Y_CLS, output="nope")
     with pytest.raises(ValueError, match="Received: output='nope'"):
         gradkit.fgsm(model, X, Y_CLS, eps=0.1, output="nope")
-    with pytest.raises(ValueError, match=r"'cls' \(shape \(None, 3\)\): pass `output=`"):
+    with pytest.raises(
+        ValueError, match=r"'cls' \(shape \(None, 3\)\): say which one .* with `output=`"
+    ) as err:
         gradkit.input_gradient(model, X, Y_CLS)
+    head = int(re.search(r"model\.outputs\[(\d)\]", str(err.value)).group(1))  # the example runs as it says
+    assert model.outputs[head].shape[-1] == 3
+    one = keras.Model(model.inputs, model.outputs[head])
+    np.testing.assert_array_equal(predict_classes(one, X), predict_classes(model, X, output="cls"))
 
 
 def test_dict_keys_other_than_layer_names():

@@ -9,6 +9,7 @@ import numpy as np
 from gradkit import _checks
 from gradkit.attacks import NAMES, TABLE, is_ensemble
 from gradkit.evaluation import _versions
+from gradkit.evaluation._single import check_single
 from gradkit.gradients import (
     as_ensemble,
     check_classifier,
@@ -139,9 +140,11 @@ def check_data(model, x, y):
 
     Raises:
         TypeError: `x` is not one array (multi-input models are not evaluated), or `y` not numeric.
-        ValueError: bad shapes, NaN or inf, `y` None, labels that are not class ids in [0, C).
+        ValueError: a model of several outputs or inputs (`check_single`), bad shapes, NaN or inf,
+            `y` None, labels that are not class ids in [0, C).
     """
     first = as_ensemble(model).models[0]
+    check_single(model)
     if isinstance(x, (list, tuple, dict)):
         _checks.fail("x", "one array (evaluate attacks single-input models)", type(x).__name__, TypeError)
     x, n = check_x(first, x)

@@ -58,8 +58,11 @@ def output_index(model, output):
     if output is None:
         if len(outputs) > 1:
             raise ValueError(
-                f"The model has {len(outputs)} outputs {describe_outputs(model)}: pass `output=` (a name) "
-                "to say which one the loss is computed on. Received: output=None"
+                f"The model has {len(outputs)} outputs {describe_outputs(model)}: say which one the loss is "
+                "computed on with `output=` (a name) where the function takes it (the attacks, "
+                "input_gradient, weight_gradients, predict_classes, min_norm), or pass a one-output model of "
+                f"that head, e.g. keras.Model(model.inputs, model.outputs[{_first_classifier(outputs)}]). "
+                "Received: output=None"
             )
         return 0
     if isinstance(output, str):
@@ -77,6 +80,12 @@ def output_index(model, output):
         f"`output` must be a name of one of the model's outputs ({describe_outputs(model) or 'one output'}) "
         f"or an index < {len(outputs)}. Received: output={output!r}"
     )
+
+
+def _first_classifier(outputs):
+    """The index of the first output of more than one unit (class scores), else 0: the example's head."""
+    units = [int(t.shape[-1] or 0) if len(t.shape) > 1 else 1 for t in outputs]
+    return next((i for i, k in enumerate(units) if k > 1), 0)
 
 
 def output_key(model, index):
