@@ -303,3 +303,14 @@ def test_a_model_of_two_outputs_exits_2_naming_model_and_no_option_it_lacks(caps
     assert code == 2 and "`MODEL` must have one output: evaluate attacks one classifier head" in seen.err
     assert "keras.Model(model.inputs, model.outputs[1])" in seen.err and "output=" not in seen.err
     assert not out.exists()
+
+
+def test_a_model_of_two_inputs_exits_2_with_the_one_input_model_to_save(capsys, files, tmp_path):
+    a, b = keras.Input((4,)), keras.Input((2,))
+    hidden = keras.layers.Dense(8, activation="tanh")(keras.layers.Concatenate()([a, b]))
+    keras.Model([a, b], keras.layers.Dense(4)(hidden)).save(tmp_path / "two.keras")
+    out = tmp_path / "out"
+    code, seen = _run(capsys, str(tmp_path / "two.keras"), files["data"], "--eps", "0.1", "--out", str(out))
+    assert code == 2 and "`MODEL` must have one input: evaluate attacks models of one input array" in seen.err
+    assert "model([one[:, 0:4], one[:, 4:6]])" in seen.err and "wrapped.save('one.keras')" in seen.err
+    assert "input array(s)" not in seen.err and not out.exists()

@@ -45,3 +45,29 @@ def test_a_model_of_two_outputs_is_refused_with_the_head_to_build():
     assert result.clean_accuracy == np.mean(np.argmax(logits, axis=1) == y)
     with pytest.raises(ValueError, match="must have one output"):  # a member of an ensemble too
         gradkit.evaluate(gradkit.WeightedEnsemble([model, model]), x, y, **OPTIONS)
+
+
+def _two_inputs():
+    keras.utils.set_random_seed(0)
+    a, b = keras.Input((4,), name="a"), keras.Input((2,), name="b")
+    hidden = keras.layers.Dense(8, activation="tanh")(keras.layers.Concatenate()([b, a]))
+    return keras.Model([a, b], keras.layers.Dense(4)(hidden))
+
+
+def test_a_model_of_two_inputs_is_refused_with_the_one_input_model_to_build():
+    x, y = _data()
+    model = _two_inputs()
+    for given in (x, [x[:, :4], x[:, 4:]]):  # one array (the .npz's x) or one per input
+        with pytest.raises(
+            ValueError, match="`model` must have one input: evaluate attacks models of one"
+        ) as err:
+            gradkit.evaluate(model, given, y, **OPTIONS)
+    message = str(err.value)
+    assert "2 inputs of shapes (None, 4), (None, 2)" in message
+    example = "one = keras.Input((6,)); wrapped = keras.Model(one, model([one[:, 0:4], one[:, 4:6]]))"
+    assert example in message
+    one = keras.Input((6,))
+    wrapped = keras.Model(one, model([one[:, 0:4], one[:, 4:6]]))  # as the message says
+    result = gradkit.evaluate(wrapped, np.concatenate([x[:, :4], x[:, 4:]], axis=1), y, **OPTIONS)
+    logits = model.predict([x[:, :4], x[:, 4:]], verbose=0)
+    assert result.clean_accuracy == np.mean(np.argmax(logits, axis=1) == y)

@@ -13,10 +13,10 @@ def _symbolic(model, name):
 
 
 def check_single(model):
-    """ValueError unless every member of `model` has one output: what `evaluate` attacks (one head's
-    decision). The message shows the one-output model to build."""
+    """ValueError unless every member of `model` has one output and one input: what `evaluate` attacks
+    (one head's decision, one array `x`). The message shows the one-output or one-input model to build."""
     for member in as_ensemble(model).models:
-        outputs = _symbolic(member, "outputs")
+        outputs, inputs = _symbolic(member, "outputs"), _symbolic(member, "inputs")
         if len(outputs) > 1:
             units = [int(t.shape[-1] or 0) if len(t.shape) > 1 else 1 for t in outputs]
             head = next((i for i, k in enumerate(units) if k > 1), 0)
@@ -27,3 +27,28 @@ def check_single(model):
                 f"head = keras.Model(model.inputs, model.outputs[{head}]) (head.save('head.keras') for "
                 "gradkit evaluate)"
             )
+        if len(inputs) > 1:
+            raise ValueError(
+                "`model` must have one input: evaluate attacks models of one input array (a .npz holds "
+                f"one x). Received: a model with {len(inputs)} inputs of shapes "
+                f"{', '.join(str(tuple(t.shape)) for t in inputs)}. Evaluate a one-input model that "
+                f"splits one array into them instead, {_one_input_example(inputs)}"
+            )
+
+
+def _one_input_example(inputs):
+    """The one-input wrapper of a model of several inputs: exact for flat inputs, described otherwise."""
+    sizes = [t.shape[-1] if len(t.shape) == 2 else None for t in inputs]
+    if None in sizes:
+        return (
+            "e.g. a keras.Model(one, model([...])) whose one keras.Input holds the inputs side by side "
+            "along an axis and slices them apart (x then holds the arrays concatenated along that axis)"
+        )
+    ends = [0]
+    for size in sizes:
+        ends.append(ends[-1] + int(size))
+    parts = ", ".join(f"one[:, {a}:{b}]" for a, b in zip(ends[:-1], ends[1:]))
+    return (
+        f"e.g. one = keras.Input(({ends[-1]},)); wrapped = keras.Model(one, model([{parts}])), evaluated on "
+        "x = np.concatenate([x_1, x_2, ...], axis=1) (wrapped.save('one.keras') for gradkit evaluate)"
+    )
