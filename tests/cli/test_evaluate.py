@@ -220,13 +220,21 @@ def test_bad_input_exits_2_names_what_differs_and_writes_nothing(capsys, files, 
 
 
 def _not_classifiers():
-    """Models whose output is not one score per class: a spatial output, a one-unit regression."""
+    """Models whose output is not one score per class: a spatial output, a one-unit regression, four
+    regression targets."""
     spatial = keras.Sequential([keras.Input((6,)), keras.layers.Reshape((2, 3, 1)), keras.layers.Dense(4)])
     regression = keras.Sequential([keras.Input((6,)), keras.layers.Dense(1)])
     regression.compile(loss="mse")
+    heads = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, name="heads")])
+    heads.compile(loss="mse")  # four regression targets: four units that are no class scores
     return [
         ("spatial.keras", spatial, "gives one score per class, shaped (batch, n_classes)"),
         ("regression.keras", regression, "compiled with the regression loss 'mean_squared_error'"),
+        (
+            "heads.keras",
+            heads,
+            "values are 4 regression targets, not scores of 4 classes",
+        ),
     ]
 
 

@@ -1,7 +1,8 @@
 """Models that are not classifiers are refused by every classifier entry point, before any work: an output
-that is not one score per class (a spatial map), a one-unit output trained as a regression. A classifier
-compiled with a regression loss on C >= 2 units is attacked through its cross-entropy (APGD-CE, `evaluate`)
-with class-id labels, and its argmax decides."""
+that is not one score per class (a spatial map), a one-unit output trained as a regression, several units
+without a softmax trained as a regression (regression heads). A softmax classifier compiled with a
+regression loss on C >= 2 units is attacked through its cross-entropy (APGD-CE, `evaluate`) with class-id
+labels, and its argmax decides."""
 
 import keras
 import numpy as np
@@ -12,6 +13,9 @@ from gradkit.gradients import predict_classes
 
 SPATIAL = "gives one score per class, shaped (batch, n_classes)"
 REGRESSION = "compiled with the regression loss 'mean_squared_error'"
+HEADS = (
+    "is compiled with the regression loss 'mean_squared_error' and ends in no softmax, so its values are 3"
+)
 
 
 def _spatial():
@@ -22,6 +26,15 @@ def _spatial():
 def _regression():
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(1)])
+    model.compile(loss="mse")
+    return model
+
+
+def _regression_heads():
+    """Three regression targets (several regression heads in one Dense(3)), trained with mse: 3 units
+    that look like the scores of 3 classes, but their argmax decides nothing."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(3, name="dense")])
     model.compile(loss="mse")
     return model
 
@@ -38,12 +51,23 @@ CALLS = {
 
 
 @pytest.mark.parametrize("call", sorted(CALLS))
-@pytest.mark.parametrize("build, message", [(_spatial, SPATIAL), (_regression, REGRESSION)])
+@pytest.mark.parametrize(
+    "build, message", [(_spatial, SPATIAL), (_regression, REGRESSION), (_regression_heads, HEADS)]
+)
 def test_a_model_that_is_not_a_classifier_is_refused(call, build, message):
     x = np.random.default_rng(0).uniform(0, 1, (8, 6)).astype("float32")
     y = np.array([0, 1] * 4)
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         CALLS[call](build(), x, y)
+
+
+def test_regression_heads_recompiled_as_the_message_says_are_evaluated_as_logits():
+    x = np.random.default_rng(0).uniform(0, 1, (8, 6)).astype("float32")
+    y = np.array([0, 1, 2, 0] * 2)
+    model = _regression_heads()
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    result = gradkit.evaluate(model, x, y, eps=0.1, clip_values=(0, 1), attacks=["fgsm"], verbose=0)
+    assert result.clean_accuracy == np.mean(np.argmax(model.predict(x, verbose=0), axis=1) == y)
 
 
 def test_a_softmax_classifier_compiled_with_mse_is_attacked_on_class_ids():

@@ -80,7 +80,9 @@ def check_classifier(model, index, out_shape):
     unknown, nothing checked) is a classifier's that gradkit can read: `(n, C)` scores (axes of size 1
     between allowed), C >= 2 or one readable unit (`check_readable`) that is not trained as a regression
     (a one-unit output compiled with, say, mean squared error has no decision rule gradkit can trust:
-    a threshold of 0 or 0.5 would be a guess)."""
+    a threshold of 0 or 0.5 would be a guess), and C >= 2 units compiled with a regression loss end in a
+    softmax or sigmoid (without one they are C regression targets, several regression heads, whose argmax
+    means nothing; a model gradkit cannot read, a subclassed one, is given the benefit of the doubt)."""
     if out_shape is None:
         return
     name = _output_name(model, index)
@@ -93,6 +95,15 @@ def check_classifier(model, index, out_shape):
         )
     units = int(out_shape[-1] or 0) if len(out_shape) > 1 else 1
     spec = compiled_spec(model, index)
+    if units > 1 and spec is not None and not spec.is_classification and _plain_units(model, index):
+        raise ValueError(
+            f"`model` must be a classifier: its {units}-unit output {name!r} is compiled with the regression "
+            f"loss {spec.name!r} and ends in no softmax, so its values are {units} regression targets, not "
+            f"scores of {units} classes, and no class decision (argmax) can be trusted. A classifier "
+            "trained with a squared loss on one-hot targets: compile it with "
+            "loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True) first (compiling changes no "
+            "weight; gradkit then reads the outputs as logits)."
+        )
     if units == 1 and spec is not None and not spec.is_classification:
         raise ValueError(
             f"`model` must be a classifier: its one-unit output {name!r} is compiled with the regression "
@@ -100,6 +111,13 @@ def check_classifier(model, index, out_shape):
             "classifier with loss=keras.losses.BinaryCrossentropy(from_logits=True or False)."
         )
     check_readable(model, index, out_shape)
+
+
+def _plain_units(model, index):
+    """True when output `index` comes from a Keras layer gradkit can read and that layer ends in no softmax
+    or sigmoid (a linear `Dense`): regression units when the compiled loss is a regression loss."""
+    layer = output_layer(model, index)
+    return layer is not None and not is_opaque(layer) and activation_name(layer) not in ("softmax", "sigmoid")
 
 
 def _output_name(model, index):
