@@ -3,6 +3,7 @@ merged equal one run, and bad input exits 2 with a message and writes nothing.""
 
 import csv
 import json
+import os
 import subprocess
 import sys
 
@@ -322,3 +323,32 @@ def test_a_model_of_two_inputs_exits_2_with_the_one_input_model_to_save(capsys, 
     assert code == 2 and "`MODEL` must have one input: evaluate attacks models of one input array" in seen.err
     assert "model([one[:, 0:4], one[:, 4:6]])" in seen.err and "wrapped.save('one.keras')" in seen.err
     assert "input array(s)" not in seen.err and not out.exists()
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_torchrun_without_the_torch_backend_exits_2_in_one_line_before_keras(backend, tmp_path):
+    """Each process refuses before importing Keras (or TensorFlow next to torch): rank 0 says why in one
+    line, the others exit 2 silently, so torchrun's dump is not the first thing read."""
+    out = tmp_path / "out"
+    for rank, said in (("0", True), ("1", False)):
+        env = {**os.environ, "WORLD_SIZE": "2", "LOCAL_RANK": rank, "RANK": rank, "KERAS_BACKEND": backend}
+        command = ["-X", "importtime", "-m", "gradkit", "evaluate", "m.keras", "d.npz", "--eps", "0.1"]
+        proc = subprocess.run(
+            [sys.executable, *command, "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        lines = [line for line in proc.stderr.splitlines() if "import time:" not in line]
+        imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line]
+        assert proc.returncode == 2 and not out.exists()
+        assert not [
+            name for name in imported if name.split(".")[0] in {"keras", "tensorflow", "jax", "torch"}
+        ]
+        expected = [
+            "gradkit evaluate: error: torchrun's processes (WORLD_SIZE, LOCAL_RANK set) need the torch "
+            "backend: run KERAS_BACKEND=torch torchrun ... gradkit evaluate ... "
+            f"Received: KERAS_BACKEND={backend}"
+        ]
+        assert lines == (expected if said else []), proc.stderr[-2000:]

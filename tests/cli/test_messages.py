@@ -47,3 +47,20 @@ def test_study_keys_become_its_flags():
     assert _messages.as_flags('`model="cnn"` needs images: use model="mlp". Received: out=\'r\'', flags) == (
         '`--model="cnn"` needs images: use --model="mlp". Received: --out=\'r\''
     )
+
+
+def test_the_backend_is_read_from_the_environment_then_keras_json(tmp_path):
+    assert _messages.configured_backend({"KERAS_BACKEND": "jax", "KERAS_HOME": str(tmp_path)}) == "jax"
+    assert _messages.configured_backend({"KERAS_HOME": str(tmp_path)}) == "tensorflow"  # no keras.json
+    (tmp_path / "keras.json").write_text('{"backend": "torch", "floatx": "float32"}')
+    assert _messages.configured_backend({"KERAS_HOME": str(tmp_path)}) == "torch"
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_torchrun_needs_the_torch_backend(backend, tmp_path):
+    torchrun = {"WORLD_SIZE": "2", "LOCAL_RANK": "0", "RANK": "0", "KERAS_HOME": str(tmp_path)}
+    message = _messages.launcher_error({**torchrun, "KERAS_BACKEND": backend})
+    assert "need the torch backend: run KERAS_BACKEND=torch torchrun" in message
+    assert message.endswith(f"Received: KERAS_BACKEND={backend}")
+    assert _messages.launcher_error({**torchrun, "KERAS_BACKEND": "torch"}) is None
+    assert _messages.launcher_error({"KERAS_BACKEND": backend}) is None  # no launcher

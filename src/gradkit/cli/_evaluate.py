@@ -174,6 +174,9 @@ def run(args):
     each process evaluates its part of the points (with `--mesh`, JAX: all processes run every call
     together on one mesh over their devices) and rank 0 alone prints and writes.
     """
+    launcher = _messages.launcher_error()  # before Keras is imported: one line, not a dump per process
+    if launcher:
+        return _fail(launcher) if os.environ.get("RANK", "0") == "0" else 2
     try:
         _join(args)  # before the model is loaded: under --mesh its variables live on the mesh
         from gradkit import evaluation

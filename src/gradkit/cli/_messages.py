@@ -5,7 +5,9 @@ with the command's flags (`--clip-values`, `--state`) and arguments (`MODEL`, `D
 checks `gradkit evaluate`'s numbers itself, before any work, in the flags' own terms.
 """
 
+import json
 import math
+import os
 import re
 
 from gradkit import _checks
@@ -36,6 +38,41 @@ _INTEGERS = {  # dest -> (flag, minimum)
     "n_queries": ("--n-queries", 1),
     "eot_iter": ("--eot-iter", 1),
 }
+
+
+def configured_backend(environ=None):
+    """The Keras backend the next `import keras` will take, read without importing it: `KERAS_BACKEND`,
+    else the "backend" of keras.json in Keras' folder (`KERAS_HOME`, else ~/.keras, /tmp/.keras when the
+    home folder is read-only), else "tensorflow"."""
+    environ = os.environ if environ is None else environ
+    if "KERAS_BACKEND" in environ:
+        return environ["KERAS_BACKEND"]
+    home = os.path.expanduser("~")
+    folder = environ.get("KERAS_HOME") or os.path.join(home if os.access(home, os.W_OK) else "/tmp", ".keras")
+    try:
+        with open(os.path.join(folder, "keras.json")) as f:
+            return str(json.load(f).get("backend", "tensorflow"))
+    except (OSError, ValueError, AttributeError):
+        return "tensorflow"
+
+
+def launcher_error(environ=None):
+    """The one-line reason `gradkit evaluate` cannot run under torchrun here, or None.
+
+    torchrun sets `WORLD_SIZE` and `LOCAL_RANK` in every process; its processes join one torch.distributed
+    group only on the torch backend (on another one each would evaluate every point alone, or fail deep in
+    torchrun's ChildFailedError dump). Read before Keras is imported.
+    """
+    environ = os.environ if environ is None else environ
+    if not {"WORLD_SIZE", "LOCAL_RANK"} & set(environ) or "JAX_NUM_PROCESSES" in environ:
+        return None
+    backend = configured_backend(environ)
+    if backend == "torch":
+        return None
+    return (
+        "torchrun's processes (WORLD_SIZE, LOCAL_RANK set) need the torch backend: run "
+        f"KERAS_BACKEND=torch torchrun ... gradkit evaluate ... Received: KERAS_BACKEND={backend}"
+    )
 
 
 def study_flags(keys):
