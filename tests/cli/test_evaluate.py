@@ -196,6 +196,7 @@ def test_bad_input_exits_2_names_what_differs_and_writes_nothing(capsys, files, 
         (["--attacks", "cw"], "`--attacks` must be comma-separated names from apgd-ce, "),
         (["--attacks", "standard"], "AutoAttack's standard cascade is --version standard"),
         (["--attacks", "fgsm/bad"], "item 0 of `--attacks` must be"),
+        (["--attacks", "fgsm", "--version", "plus"], "give --attacks or --version, not both. Received: "),
         (
             ["--attacks", "fgsm,fgsm"],
             "`--attacks` must be a list without repeated names. Received: --attacks=",

@@ -101,10 +101,16 @@ def as_flags(message, flags, arguments=None):
 
 
 def check_evaluate(args):
-    """Raises ValueError naming the flag when a number option of `gradkit evaluate` is out of range."""
+    """Raises ValueError naming the flag when a number option of `gradkit evaluate` is out of range, or
+    `--attacks` comes with a `--version` it would silently replace."""
     for dest, (flag, minimum) in _INTEGERS.items():
         if getattr(args, dest) is not None:  # None: the option was left out
             _checks.check_int(getattr(args, dest), flag, minimum=minimum)
+    if args.attacks and args.suite != "standard":  # --attacks replaces the version's list: say so
+        raise ValueError(
+            "`--attacks` replaces the version's attacks: give --attacks or --version, not both. "
+            f"Received: --version {args.suite} --attacks {','.join(args.attacks)}"
+        )
     clip = args.clip_values
     if len(clip) != 2 or not all(math.isfinite(v) for v in clip) or not clip[0] < clip[1]:
         raise ValueError(
