@@ -46,7 +46,7 @@ def _check(model, x, eps, norm, method, clip_values, batch_size):
     eps = _checks.check_eps(eps)
     clip_values = _checks.check_clip_values(clip_values)
     batch_size = None if batch_size is None else _checks.check_batch_size(batch_size)
-    plan = _graph.plan(model)
+    plan = cached(model, "certify-plan", lambda: _graph.plan(model))
     x = np.asarray(x, dtype=np.float32) if not isinstance(x, np.ndarray) else x.astype(np.float32, copy=False)
     if x.ndim < 1 or tuple(x.shape[1:]) != tuple(plan.shapes[plan.input]):
         _checks.fail("x", f"an array of shape (n, {', '.join(map(str, plan.shapes[plan.input]))})", x.shape)

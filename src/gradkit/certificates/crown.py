@@ -116,10 +116,12 @@ def _both(plan, target, spec, box, bounds, matrices):
 
 def propagate(plan, box):
     """`(bounds, matrices)`: IBP's flat bounds tightened by CROWN at every input of an activation or
-    max-pool, and the linear maps of the steps (affine: `(W, b)`; max-pool: its relaxation)."""
+    max-pool, and the linear maps of the steps (affine: `(W, b)`; max-pool: its relaxation). An affine
+    layer on the input itself keeps IBP's bounds: they are exact for the norm there (`ibp`)."""
     bounds = ibp.propagate(plan, box)
     matrices = {id(s): ibp.affine_matrix(s, plan) for s in plan.steps if s.kind == "affine"}
     tightened = {plan.input}
+    tightened.update(s.output for s in plan.steps if s.kind == "affine" and s.inputs[0] == plan.input)
     for step in plan.steps:
         if step.kind in _NONLINEAR and step.inputs[0] not in tightened:
             value = step.inputs[0]
