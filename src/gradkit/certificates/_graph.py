@@ -20,6 +20,7 @@ Any other layer raises `ValueError` naming it before any work.
 import dataclasses
 
 import keras
+import numpy as np
 from keras import layers, ops
 
 from gradkit import _keras_internals
@@ -79,6 +80,7 @@ class Step:
     apply: object = None  # affine: x -> L(x); activation, maxpool: the monotone function
     apply_abs: object = None  # affine: r -> |L|(r)
     relax: str = ""  # activation: "relu", "leaky", "linear" or "monotone"
+    windows: object = None  # maxpool: bool numpy (d_in, d_out), input i in the window of output j
     slope: float = 0.0  # leaky: the negative slope
 
 
@@ -166,6 +168,14 @@ def _activation_step(layer, inputs, output, shape):
     return step
 
 
+def _windows(layer, shape):
+    """bool numpy `(d_in, d_out)`: which inputs each output of a pooling layer reads (the layer on the
+    basis vectors)."""
+    d = int(np.prod(shape))
+    out = keras.ops.convert_to_numpy(layer(np.eye(d, dtype="float32").reshape((d,) + tuple(shape))))
+    return out.reshape(d, -1) > 0.5
+
+
 def _steps_of(layer, inputs, output, shape, input_shapes):
     if isinstance(layer, _WEIGHTED):
         return _weighted_steps(layer, inputs, output, shape, input_shapes[0])
@@ -180,7 +190,9 @@ def _steps_of(layer, inputs, output, shape, input_shapes):
     if isinstance(layer, layers.Add):
         return [Step("add", layer, inputs, output, shape)]
     if isinstance(layer, (layers.MaxPooling1D, layers.MaxPooling2D)):
-        return [Step("maxpool", layer, inputs, output, shape, layer)]
+        step = Step("maxpool", layer, inputs, output, shape, layer)
+        step.windows = _windows(layer, input_shapes[0][1:])
+        return [step]
     if isinstance(layer, (layers.ReLU, layers.LeakyReLU, layers.ELU, layers.Activation)):
         return [_activation_step(layer, inputs, output, shape)]
     return _unsupported(layer)

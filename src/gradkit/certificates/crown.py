@@ -24,6 +24,7 @@ References:
     POPL, https://doi.org/10.1145/3290354 (the max-pool rule).
 """
 
+import numpy as np
 from keras import ops
 
 from gradkit.certificates import _sets, ibp
@@ -50,19 +51,12 @@ def relaxation(step, lo, up):
     return a_low, ops.zeros_like(lo), a_up, b_up
 
 
-def _windows(step, plan):
-    """bool `(d_in, d_out)`: input i lies in the pooling window of output j."""
-    shape = plan.shapes[step.inputs[0]]
-    d = 1
-    for s in shape:
-        d *= int(s)
-    return ibp.run(step.apply, ops.eye(d), shape) > 0.5
-
-
-def maxpool_rule(step, plan, lo, up):
-    """`(pick, exact, top)`: one-hot `(n, d_out, d_in)` of each window's input with the largest lower
-    bound, whether it dominates its window `(n, d_out)`, and the window's largest upper bound."""
-    inside = ops.expand_dims(_windows(step, plan), 0)
+def maxpool_rule(step, lo, up):
+    """`(best, exact, top)`: the input with the largest lower bound in each window (a one-hot `(n, d_out,
+    d_in)`, or where no input is in two windows its flat index `(n, d_out)`), whether it dominates its
+    window (`(n, d_out)`: its lower bound is above every other upper bound), the window's top upper bound."""
+    windows = step.windows
+    inside = ops.expand_dims(ops.convert_to_tensor(windows), 0)
     low = ops.where(inside, ops.expand_dims(lo, 2), -float("inf"))
     best = ops.argmax(low, axis=1)
     pick = ops.one_hot(best, ops.shape(lo)[1], dtype=lo.dtype)  # (n, d_out, d_in)
@@ -70,7 +64,27 @@ def maxpool_rule(step, plan, lo, up):
         ops.logical_and(inside, ops.transpose(pick, (0, 2, 1)) < 0.5), ops.expand_dims(up, 2), -1e30
     )
     exact = ops.cast(ops.max(low, axis=1) >= ops.max(others, axis=1), lo.dtype)
-    return pick, exact, ops.max(ops.where(inside, ops.expand_dims(up, 2), -float("inf")), axis=1)
+    top = ops.max(ops.where(inside, ops.expand_dims(up, 2), -float("inf")), axis=1)
+    if windows.sum(axis=1).max() > 1:  # overlapping windows: the one-hot form
+        return pick, exact, top
+    return best, exact, top
+
+
+def _maxpool_back(step, positive, negative, rule):
+    """The coefficient of the pool's input from `positive + negative * exact` of its output."""
+    best, exact, top = rule
+    e = ops.expand_dims(exact, 1)
+    through = positive + negative * e
+    const = ops.sum(negative * (1.0 - e) * ops.expand_dims(top, 1), -1)
+    if len(ops.shape(best)) == 3:
+        return ops.einsum("nsj,nji->nsi", through, best), const
+    windows = step.windows
+    owner = np.where(windows.any(axis=1), windows.argmax(axis=1), 0)  # the window of each input
+    chosen = ops.take(best, ops.convert_to_tensor(owner.astype("int32")), axis=1)  # (n, d_in)
+    index = ops.convert_to_tensor(np.arange(len(owner), dtype="int32"))
+    hit = ops.logical_and(ops.equal(ops.cast(chosen, "int32"), index), windows.any(axis=1))
+    coefficient = ops.take(through, ops.convert_to_tensor(owner.astype("int32")), axis=2)
+    return coefficient * ops.expand_dims(ops.cast(hit, through.dtype), 1), const
 
 
 def _back(step, lam, plan, bounds, matrices):
@@ -84,10 +98,8 @@ def _back(step, lam, plan, bounds, matrices):
     lo, up = bounds[step.inputs[0]]
     positive, negative = ops.maximum(lam, 0.0), ops.minimum(lam, 0.0)
     if step.kind == "maxpool":
-        pick, exact, top = matrices[id(step)]
-        e = ops.expand_dims(exact, 1)
-        coefficient = ops.einsum("nsj,nji->nsi", positive + negative * e, pick)
-        return [(step.inputs[0], coefficient)], ops.sum(negative * (1.0 - e) * ops.expand_dims(top, 1), -1)
+        coefficient, const = _maxpool_back(step, positive, negative, matrices[id(step)])
+        return [(step.inputs[0], coefficient)], const
     a_low, b_low, a_up, b_up = (ops.expand_dims(t, 1) for t in relaxation(step, lo, up))
     coefficient = positive * a_low + negative * a_up
     return [(step.inputs[0], coefficient)], ops.sum(positive * b_low + negative * b_up, axis=-1)
@@ -137,7 +149,7 @@ def propagate(plan, box):
             new_l, new_u = ibp.step_bounds(step, plan, bounds, box)
             bounds[step.output] = (ops.maximum(lo, new_l), ops.minimum(up, new_u))
             if step.kind == "maxpool":
-                matrices[id(step)] = maxpool_rule(step, plan, *bounds[step.inputs[0]])
+                matrices[id(step)] = maxpool_rule(step, *bounds[step.inputs[0]])
     return bounds, matrices
 
 
