@@ -40,6 +40,9 @@ _EXPORTS = {
     "evaluate": "gradkit.evaluation",
     "Evaluation": "gradkit.evaluation",
     "compare": "gradkit.evaluation",
+    # certified robustness
+    "smooth": "gradkit.certify",
+    "vote_certificate": "gradkit.certify",
     # adversarial training
     "adversarial_training": "gradkit.training",
     "untrack_adversarial_training": "gradkit.training",

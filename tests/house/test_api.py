@@ -14,7 +14,7 @@ TOP = [
     "plot_training_diagnostics", "robustness_curve", "run_study",
     "square", "track_gradient_norm", "untrack_gradient_norm", "weight_gradients", "adversarial_training",
     "untrack_adversarial_training", "CatastrophicOverfittingCheck", "WorseThanRandomError",
-    "OutOfMemoryError",
+    "OutOfMemoryError", "smooth", "vote_certificate",
 ]  # fmt: skip
 PACKAGES = {
     "gradkit.gradients": [
@@ -36,6 +36,9 @@ PACKAGES = {
         "AttackResult", "apgd", "bim", "ddn", "decide", "default_eps_step", "fab", "fgsm", "fmn",
         "gradient_for", "is_ensemble", "pgd", "predict_labels", "prepare", "run_attack", "square",
         "MIN_NORM_NAMES", "TABLE", "recording",
+    ],
+    "gradkit.certify": [
+        "SmoothedClassifier", "VoteCertificate", "member_weights", "smooth", "vote_certificate",
     ],
     "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "describe", "load"],
     "gradkit.evaluation": [

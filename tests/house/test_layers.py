@@ -25,13 +25,14 @@ RANKS = {
     "gradients": 2,
     "monitor": 3,
     "attacks": 3,
-    "evaluation": 4,
-    "training": 4,
-    "boosting": 5,
-    "study": 6,
-    "cli": 7,
-    "__main__": 8,
-    "__init__": 8,
+    "certify": 4,
+    "evaluation": 5,
+    "training": 5,
+    "boosting": 6,
+    "study": 7,
+    "cli": 8,
+    "__main__": 9,
+    "__init__": 9,
 }
 FRAMEWORKS = {"tensorflow", "jax", "jaxlib", "torch"}
 
