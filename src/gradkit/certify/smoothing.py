@@ -174,13 +174,14 @@ class SmoothedClassifier:
         m, n_classes = len(x), self._n_classes(x)
         x_dev = backend.to_tensor(x)
         classes = keras.ops.arange(n_classes, dtype="int32")
-        counts = keras.ops.zeros((m, n_classes), "int32")
         total, step = m * n, min(self.batch_size, rows)
+        span = min(-(-step // n) + 1, m)  # the most points one batch touches: one shape for every batch
+        counts = keras.ops.zeros((m + span, n_classes), "int32")  # `span` spare rows: every slice fits
         with tqdm(total=total, desc=desc, unit="sample", unit_scale=True, disable=not self.verbose) as bar:
             for start in range(0, total, step):
                 stop = min(start + step, total)
-                first, last = start // n, (stop - 1) // n
-                point = np.minimum(np.arange(start, start + rows) // n, last)  # padding: the last point
+                first = start // n
+                point = np.minimum(np.arange(start, start + rows) // n, (stop - 1) // n)  # padding: last
                 xb = keras.ops.take(x_dev, backend.to_tensor(point.astype(np.int32)), axis=0)
                 shape = keras.ops.shape(xb)
                 noise = keras.random.normal(shape, stddev=self.sigma, dtype=xb.dtype, seed=generator)
@@ -188,11 +189,11 @@ class SmoothedClassifier:
                 valid = backend.to_tensor((np.arange(rows) < stop - start).astype(np.int32)[:, None])
                 votes = keras.ops.cast(keras.ops.expand_dims(ids, -1) == classes, "int32") * valid
                 segment = backend.to_tensor((point - first).astype(np.int32))
-                local = keras.ops.segment_sum(votes, segment, num_segments=last - first + 1)
-                block = keras.ops.slice(counts, (first, 0), (last - first + 1, n_classes))
+                local = keras.ops.segment_sum(votes, segment, num_segments=span)
+                block = keras.ops.slice(counts, (first, 0), (span, n_classes))
                 counts = keras.ops.slice_update(counts, (first, 0), block + local)
                 bar.update(stop - start)
-        return backend.to_numpy(counts).astype(np.int64)
+        return backend.to_numpy(counts)[:m].astype(np.int64)
 
     def _generator(self):
         return keras.random.SeedGenerator(self.seed)
