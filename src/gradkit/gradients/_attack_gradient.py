@@ -240,14 +240,20 @@ class AttackGradient:
             raise ValueError("bind_decision() needs an AttackGradient built with a batch_size.")
         (trainables, non_trainables), parts = self.fixed(np.zeros(self.batch_size, np.int32), None, alphas)
         ((_, _, rows, y, weights),) = parts
-        forward = self._forward_fn.bind(trainables, non_trainables, y, weights)
+        fn = compiled(self.ensemble.models, "attack-decision", self._compile_decision, **self._key)
+        forward = fn.bind(trainables, non_trainables, y, weights)
 
         def decision(x):
             with backend.out_of_memory_hint(rows, "a forward call"):
-                _, logits = forward(x)
-            return self.decide_tensor(logits, weights["alpha"])
+                return forward(x)
 
         return decision, rows
+
+    def _compile_decision(self):
+        """The forward pass and `decide_tensor` in one compiled call (`bind_decision`)."""
+        return backend.compile_forward(
+            lambda t, n, x, y, w: self.decide_tensor(keras.ops.stack(self._logits(t, n, x)[0]), w["alpha"])
+        )
 
     def decide_tensor(self, logits, alphas):
         """`decide` inside a compiled step: the decision `(n,)` int32 of member logits `(K, n, C)` and the
