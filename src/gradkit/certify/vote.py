@@ -78,7 +78,8 @@ def vote_certificate(member_classes, member_radii, weights, *, n_classes=None):
     """The weighted hard vote's certificate from its members' certificates (module docstring, (*)).
 
     Args:
-        member_classes: int `(K, m)`: member k's certified class at point i, -1 where it abstains.
+        member_classes: int `(K, m)`: member k's certified class id at point i (the column of its output;
+            for a boosted model an index into `classes_`, as its vote counts them), -1 where it abstains.
         member_radii: float `(K, m)` >= 0: member k's certified radius at point i (0 where it abstains).
         weights: `(K,)` finite weights >= 0, not all zero; or the voting model itself (a
             `WeightedEnsemble` or a fitted boosted model, read by `member_weights`).
