@@ -198,3 +198,12 @@ def test_bad_arguments_name_themselves_before_any_work(monkeypatch, kwargs, call
         s.certify(call.pop("x"), **call)
     with pytest.raises(TypeError, match="`model`"):
         gradkit.smooth("not a model", SIGMA)
+
+
+def test_a_model_that_is_not_a_classifier_is_refused_before_sampling(monkeypatch):
+    inp = keras.Input((4, 2))
+    spatial = keras.Model(inp, keras.layers.Dense(3)(inp))  # (n, 4, 3): no class per row
+    s = gradkit.smooth(spatial, SIGMA, verbose=0)
+    monkeypatch.setattr(keras.random, "normal", lambda *a, **k: pytest.fail("sampled"))
+    with pytest.raises(ValueError, match="`model` must be a classifier"):
+        s.predict(np.zeros((2, 4, 2), "float32"), n=10)

@@ -68,8 +68,8 @@ def smooth(model, sigma, *, batch_size=1000, seed=None, verbose=1, output=None):
     Raises:
         TypeError: `model` is none of the above; a non-numeric `sigma` or a non-integer `batch_size`,
             `seed` or `verbose`.
-        ValueError: `sigma` <= 0, `batch_size` < 1, `seed` < 0, `verbose` < 0, or a model output that is
-            not a classifier's.
+        ValueError: `sigma` <= 0, `batch_size` < 1, `seed` < 0 or `verbose` < 0. (A model output that is
+            not a classifier's is refused by `predict` and `certify`, before any sample is drawn.)
 
     References:
         Cohen, Rosenfeld & Kolter (2019), "Certified adversarial robustness via randomized smoothing",
@@ -121,7 +121,8 @@ class SmoothedClassifier:
             `classes_`), -1 where the two-sided binomial test of the top two counts has p > `alpha`.
 
         Raises:
-            ValueError: `n` < 1, `alpha` outside (0, 1), or `x` not shaped like the model's input.
+            ValueError: `n` < 1, `alpha` outside (0, 1), `x` not shaped like the model's input, or a
+                model output that is not a classifier's (all before any sample is drawn).
             TypeError: a non-integer `n`, a non-numeric `alpha` or `x` that is not one numeric array.
         """
         n = _checks.check_int(n, "n", minimum=1)
@@ -145,7 +146,8 @@ class SmoothedClassifier:
             no radius exceeds `sigma * Phi^-1(alpha^(1/n))` (3.8115 sigma at n = 100,000, alpha = 0.001).
 
         Raises:
-            ValueError: `n0` or `n` < 1, `alpha` outside (0, 1), or `x` not shaped like the model's input.
+            ValueError: `n0` or `n` < 1, `alpha` outside (0, 1), `x` not shaped like the model's input,
+                or a model output that is not a classifier's (all before any sample is drawn).
             TypeError: non-integer `n0` or `n`, a non-numeric `alpha` or `x` that is not one array.
         """
         n0 = _checks.check_int(n0, "n0", minimum=1)
