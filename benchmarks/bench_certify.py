@@ -5,7 +5,7 @@ MaxPool - Flatten - Dense(64) - Dense(10, softmax)), trained 3 epochs on the stu
 450 test points at Linf eps 0.02 inside [0, 1]:
 
 - `forward_s`: the model's compiled forward on the 450 points (`model.predict_on_batch`, warm);
-- `ibp_s`, `crown_s`: `gradkit.certify(..., method=...)` on the same points (warm: compiled before);
+- `ibp_s`, `crown_s`: `gradkit.certificates(..., method=...)` on the same points (warm: compiled before);
 - `ibp_over_forward`, `crown_over_forward`: the ratios (issue 45's goals: <= 2 and <= 20), medians of
   alternating rounds, with the spread (max / min seconds over the rounds);
 - `crown_peak_mib`: the largest coefficient array CROWN holds per block (rows x 2 d x d floats, d the
@@ -41,8 +41,8 @@ def run():
     x, y = data.x_test, data.y_test
     fns = {
         "forward": lambda: model.predict_on_batch(x),
-        "ibp": lambda: gradkit.certify(model, x, y, EPS, method="ibp", clip_values=(0, 1)),
-        "crown": lambda: gradkit.certify(model, x, y, EPS, method="crown", clip_values=(0, 1)),
+        "ibp": lambda: gradkit.certificates(model, x, y, EPS, method="ibp", clip_values=(0, 1)),
+        "crown": lambda: gradkit.certificates(model, x, y, EPS, method="crown", clip_values=(0, 1)),
     }
     for fn in fns.values():
         fn()  # compiled before timing

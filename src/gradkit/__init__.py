@@ -44,6 +44,8 @@ _EXPORTS = {
     "certify": "gradkit.certificates",
     "output_bounds": "gradkit.certificates",
     "Certificate": "gradkit.certificates",
+    "smooth": "gradkit.certificates",
+    "vote_certificate": "gradkit.certificates",
     # adversarial training
     "adversarial_training": "gradkit.training",
     "untrack_adversarial_training": "gradkit.training",

@@ -1,4 +1,4 @@
-"""`gradkit.certify` and `gradkit.output_bounds`: closed forms, a numpy oracle, soundness on samples."""
+"""`gradkit.certificates` and `gradkit.output_bounds`: closed forms, a numpy oracle, soundness on samples."""
 
 import keras
 import numpy as np

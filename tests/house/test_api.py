@@ -14,7 +14,7 @@ TOP = [
     "plot_training_diagnostics", "robustness_curve", "run_study",
     "square", "track_gradient_norm", "untrack_gradient_norm", "weight_gradients", "adversarial_training",
     "untrack_adversarial_training", "CatastrophicOverfittingCheck", "WorseThanRandomError",
-    "OutOfMemoryError", "certify", "output_bounds", "Certificate",
+    "OutOfMemoryError", "certify", "output_bounds", "Certificate", "smooth", "vote_certificate",
 ]  # fmt: skip
 PACKAGES = {
     "gradkit.gradients": [
@@ -38,7 +38,10 @@ PACKAGES = {
         "MIN_NORM_NAMES", "TABLE", "recording",
     ],
     "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "describe", "load"],
-    "gradkit.certificates": ["Certificate", "certify", "output_bounds"],
+    "gradkit.certificates": [
+        "Certificate", "SmoothedClassifier", "VoteCertificate", "certify", "member_weights", "output_bounds",
+        "smooth", "vote_certificate",
+    ],
     "gradkit.evaluation": [
         "Comparison", "Evaluation", "Shard", "check_curve", "compare", "evaluate", "evaluate_processes",
         "evaluate_shard", "merge_shards", "min_norm", "MinNormResult", "paired_comparison", "read_shard",
