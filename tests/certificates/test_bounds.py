@@ -197,3 +197,11 @@ def test_one_logit_model_certifies_both_classes():
     cert = certify(model, x, [1, 0, 1], 0.1)  # Linf: z moves by at most 0.2
     np.testing.assert_array_equal(cert.certified, [True, True, False])
     np.testing.assert_allclose(cert.margins[[0, 1, 2], [0, 1, 0]], [0.2, 0.2, -0.15], atol=1e-6)
+
+
+def test_gradkit_certify_is_the_function_after_the_package_is_imported():
+    import gradkit
+    import gradkit.certificates  # noqa: F401 - the package's name is not the function's
+
+    assert gradkit.smooth is gradkit.certificates.smooth
+    assert callable(gradkit.certify) and gradkit.certify is certify
