@@ -40,6 +40,12 @@ _EXPORTS = {
     "evaluate": "gradkit.evaluation",
     "Evaluation": "gradkit.evaluation",
     "compare": "gradkit.evaluation",
+    # certified bounds
+    "certify": "gradkit.certificates",
+    "output_bounds": "gradkit.certificates",
+    "Certificate": "gradkit.certificates",
+    "smooth": "gradkit.certificates",
+    "vote_certificate": "gradkit.certificates",
     # adversarial training
     "adversarial_training": "gradkit.training",
     "untrack_adversarial_training": "gradkit.training",

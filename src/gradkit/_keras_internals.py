@@ -248,3 +248,33 @@ class random_initializers_skipped:  # noqa: N801 - a context manager named for w
             return original(variable, value)
 
         return assign
+
+
+def graph_nodes(model):
+    """`(input_ids, nodes, output_ids)` of a built Sequential or Functional `model`, or None.
+
+    `nodes` lists `(operation, input_ids, output_ids, output_shapes, input_shapes)` in an order where
+    every node comes after the nodes that produce its inputs (Keras' `_nodes_by_depth`, deepest first);
+    ids are `id()`s of the symbolic tensors; output shapes exclude the batch axis. A Sequential model
+    is read through the Functional model Keras builds for it; None where there is no graph.
+    """
+    graph = getattr(model, "_functional", None) if isinstance(model, keras.Sequential) else model
+    by_depth = getattr(graph, "_nodes_by_depth", None)
+    if by_depth is None or not getattr(graph, "inputs", None):
+        return None
+    nodes = []
+    for depth in sorted(by_depth, reverse=True):
+        for node in by_depth[depth]:
+            if node.operation is None or node.is_input:
+                continue
+            outputs = list(node.outputs)
+            nodes.append(
+                (
+                    node.operation,
+                    [id(t) for t in node.input_tensors],
+                    [id(t) for t in outputs],
+                    [tuple(t.shape[1:]) for t in outputs],
+                    [tuple(t.shape) for t in node.input_tensors],
+                )
+            )
+    return [id(t) for t in graph.inputs], nodes, [id(t) for t in graph.outputs]

@@ -25,6 +25,7 @@ RANKS = {
     "gradients": 2,
     "monitor": 3,
     "attacks": 3,
+    "certificates": 3,
     "evaluation": 4,
     "training": 4,
     "boosting": 5,

@@ -23,6 +23,7 @@ from gradkit.gradients._input_gradient import input_gradient
 from gradkit.gradients._labels import check_labels
 from gradkit.gradients._labels import check_sample_weight
 from gradkit.gradients._labels import labels_for_loss
+from gradkit.gradients._logits import logits_model
 from gradkit.gradients._losses import LossSpec
 from gradkit.gradients._losses import check_attack_loss
 from gradkit.gradients._losses import resolve_loss
@@ -56,6 +57,7 @@ __all__ = [
     "check_x",
     "input_gradient",
     "labels_for_loss",
+    "logits_model",
     "member_forward",
     "member_gradient_norms",
     "n_outputs",

@@ -230,6 +230,31 @@ class AttackGradient:
 
         return bound
 
+    def bind_decision(self, alphas=None):
+        """The real decision on the device, for thousands of calls: `(decision, rows)`, where
+        `decision(x)` takes backend tensors `x` of exactly `rows` rows (the batch size, padded as
+        `fixed` pads it) and returns their decision `(rows,)` int32 as a backend tensor (`decide_tensor`
+        on the compiled forward; nothing is read back to the host). The members' variable values are
+        read once, when binding. Needs a `batch_size`."""
+        if self.batch_size is None:
+            raise ValueError("bind_decision() needs an AttackGradient built with a batch_size.")
+        (trainables, non_trainables), parts = self.fixed(np.zeros(self.batch_size, np.int32), None, alphas)
+        ((_, _, rows, y, weights),) = parts
+        fn = compiled(self.ensemble.models, "attack-decision", self._compile_decision, **self._key)
+        forward = fn.bind(trainables, non_trainables, y, weights)
+
+        def decision(x):
+            with backend.out_of_memory_hint(rows, "a forward call"):
+                return forward(x)
+
+        return decision, rows
+
+    def _compile_decision(self):
+        """The forward pass and `decide_tensor` in one compiled call (`bind_decision`)."""
+        return backend.compile_forward(
+            lambda t, n, x, y, w: self.decide_tensor(keras.ops.stack(self._logits(t, n, x)[0]), w["alpha"])
+        )
+
     def decide_tensor(self, logits, alphas):
         """`decide` inside a compiled step: the decision `(n,)` int32 of member logits `(K, n, C)` and the
         weights `alphas` `(K,)`, backend tensors (argmax; the weighted hard vote, ties to the lower id)."""

@@ -1,0 +1,202 @@
+"""`certify` and `output_bounds`: certified lower bounds of a classifier's margins, by IBP or CROWN."""
+
+import dataclasses
+
+import keras
+import numpy as np
+
+from gradkit import _checks, backend
+from gradkit.certificates import _graph, crown, ibp
+from gradkit.gradients import cached
+
+METHODS = ("ibp", "crown")
+_ENTRIES = 1 << 25  # float entries of CROWN's largest coefficient array per block (128 MiB in float32)
+
+
+@dataclasses.dataclass
+class Certificate:
+    """What `certify` proves about each point.
+
+    Attributes:
+        certified: bool `(n,)`, True where every margin's lower bound is > 0: no input of the set changes
+            the predicted class away from `y`.
+        margins: float32 `(n, C)`, lower bounds of z_y - z_j over the set (+inf at j = y); a point that is
+            misclassified at x itself has a negative margin.
+        certified_accuracy: float, the mean of `certified`.
+        eps, norm, method, clip_values: the settings.
+    """
+
+    certified: np.ndarray
+    margins: np.ndarray
+    eps: float
+    norm: float
+    method: str
+    clip_values: tuple = None
+
+    @property
+    def certified_accuracy(self):
+        return float(np.mean(self.certified)) if len(self.certified) else 0.0
+
+
+def _check(model, x, eps, norm, method, clip_values, batch_size):
+    if not isinstance(model, keras.Model):
+        _checks.fail("model", "a Keras model", type(model).__name__, TypeError)
+    method = _checks.check_choice(method, "method", METHODS)
+    norm = _checks.check_norm(norm)
+    eps = _checks.check_eps(eps)
+    clip_values = _checks.check_clip_values(clip_values)
+    batch_size = None if batch_size is None else _checks.check_batch_size(batch_size)
+    plan = cached(model, "certify-plan", lambda: _graph.plan(model))
+    x = np.asarray(x, dtype=np.float32) if not isinstance(x, np.ndarray) else x.astype(np.float32, copy=False)
+    if x.ndim < 1 or tuple(x.shape[1:]) != tuple(plan.shapes[plan.input]):
+        _checks.fail("x", f"an array of shape (n, {', '.join(map(str, plan.shapes[plan.input]))})", x.shape)
+    if not np.all(np.isfinite(x)):
+        _checks.fail("x", "finite values", "an array with NaN or inf")
+    if clip_values is not None and (x.min() < clip_values[0] or x.max() > clip_values[1]):
+        _checks.fail("x", f"values inside clip_values {clip_values}", f"range [{x.min():g}, {x.max():g}]")
+    return plan, x, eps, norm, method, clip_values, batch_size
+
+
+def _labels(y, n, n_classes):
+    """int `(n,)` class ids from ids or one-hot rows; ValueError otherwise."""
+    classes = max(n_classes, 2)
+    y = np.asarray(y)
+    if y.ndim == 2 and y.shape == (n, classes) and np.all((y == 0) | (y == 1)) and np.all(y.sum(1) == 1):
+        y = np.argmax(y, axis=1)
+    y = y.reshape(-1) if y.ndim == 2 and y.shape[1] == 1 else y
+    if y.shape != (n,) or not np.issubdtype(y.dtype, np.number) or np.any(y != np.round(y)):
+        _checks.fail("y", f"{n} class ids or one-hot rows of {classes} classes", f"shape {y.shape}")
+    if len(y) and (y.min() < 0 or y.max() >= classes):
+        _checks.fail("y", f"class ids in [0, {classes})", f"range [{y.min()}, {y.max()}]")
+    return y.astype(np.int64)
+
+
+def _spec(labels, n_classes):
+    """float32 `(n, S, K)`: the margins z_y - z_j (K >= 2), or +-z of one logit (class 1 iff z > 0)."""
+    if n_classes == 1:
+        return (2.0 * labels - 1.0).astype(np.float32)[:, None, None]
+    eye = np.eye(n_classes, dtype=np.float32)
+    return eye[labels][:, None, :] - eye[None]
+
+
+def _box(x, eps, norm, clip_values):
+    """`(x0, xl, xu, eps)` flat float32 arrays: the point, the box part of its set, the radius."""
+    x0 = x.reshape(len(x), -1)
+    xl, xu = x0 - eps, x0 + eps
+    if clip_values is not None:
+        xl, xu = np.maximum(xl, clip_values[0]), np.minimum(xu, clip_values[1])
+    return x0, xl.astype(np.float32), xu.astype(np.float32), np.full(len(x), eps, np.float32)
+
+
+def _bound_fn(plan, norm, method):
+    """fn(trainable, non_trainable, x0, xl, xu, eps, spec) -> lower bounds `(n, S)` of `spec . logits`."""
+    logits = plan.logits
+
+    def fn(trainable, non_trainable, x0, xl, xu, eps, spec):
+        mapping = list(zip(logits.trainable_variables, trainable))
+        mapping += list(zip(logits.non_trainable_variables, non_trainable))
+        with keras.StatelessScope(state_mapping=mapping):
+            box = (x0, xl, xu, eps, norm)
+            if method == "ibp":
+                return ibp.lower_spec(plan, ibp.propagate(plan, box), spec, box)
+            return crown.lower_spec(plan, spec, box)
+
+    return fn
+
+
+def _rows_per_block(plan, method, n_specs, batch_size):
+    if batch_size is not None:
+        return batch_size
+    if method == "ibp":
+        return 256
+    widths = [int(np.prod(s)) for s in plan.shapes.values()]
+    widest = max(widths)
+    return int(max(1, min(256, _ENTRIES // max(1, 2 * max(widest, n_specs) * widest))))
+
+
+def _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_size):
+    """Lower bounds `(n, S)` of `spec . logits` over each point's set, block by block."""
+    build = lambda: backend.compile_forward(_bound_fn(plan, norm, method))  # noqa: E731
+    fn = cached(model, "certify", build, norm=norm, method=method)
+    trainable = backend.variable_values(model.trainable_variables)
+    non_trainable = backend.variable_values(model.non_trainable_variables)
+    x0, xl, xu, radius = _box(x, eps, norm, clip_values)
+    rows, out = _rows_per_block(plan, method, spec.shape[1], batch_size), []
+    for start in range(0, len(x), rows):
+        block = slice(start, start + rows)
+        args = [backend.to_tensor(a[block]) for a in (x0, xl, xu, radius, spec)]
+        out.append(backend.to_numpy(fn(trainable, non_trainable, *args)))
+    return np.concatenate(out) if out else np.zeros((0, spec.shape[1]), np.float32)
+
+
+def certify(model, x, y, eps, *, norm="linf", method="crown", clip_values=None, batch_size=None):
+    """Certified lower bounds of the margins z_y - z_j of a classifier over an eps-ball around each point.
+
+    The model's logits are bounded over {x' : ||x' - x|| <= eps} intersected with the box `clip_values`,
+    layer by layer (see `gradkit.certificates` for the supported layers; a final softmax is removed and its
+    logits certified). A point is certified when every margin's lower bound is > 0: no attack within the
+    set can change its class. Compiled once per model, norm and method.
+
+    Args:
+        model: a Sequential or Functional Keras classifier, one input, one output (logits, or a softmax).
+        x: float `(n, *input_shape)`, inside `clip_values`.
+        y: int `(n,)` class ids (or one-hot `(n, C)`).
+        eps: float >= 0, the radius in input units.
+        norm: "linf" (np.inf) or "l2" (2). Defaults to "linf".
+        method: "ibp" (interval bound propagation, Gowal et al. 2018) or "crown" (backward linear
+            relaxation, Zhang et al. 2018; never looser than IBP). Defaults to "crown".
+        clip_values: None or `(lo, hi)`, the valid input range the set is intersected with.
+        batch_size: rows per compiled call; None picks 256 for IBP and what fits 128 MiB for CROWN.
+
+    Returns:
+        A `Certificate` with `certified` `(n,)` bool, `margins` `(n, C)` and `certified_accuracy`.
+
+    Raises:
+        ValueError: a layer without a bound rule (named), a bad `eps`, `norm`, `method`, `clip_values`,
+            `x` of the wrong shape or outside `clip_values`, labels that do not match.
+        TypeError: `model` is not a Keras model.
+
+    References:
+        Gowal et al. (2018), "On the effectiveness of interval bound propagation for training verifiably
+        robust models", https://arxiv.org/abs/1810.12715. Zhang et al. (2018), "Efficient neural network
+        robustness certification with general activation functions", NeurIPS,
+        https://arxiv.org/abs/1811.00866.
+    """
+    plan, x, eps, norm, method, clip_values, batch_size = _check(
+        model, x, eps, norm, method, clip_values, batch_size
+    )
+    n_classes = int(np.prod(plan.shapes[plan.output]))
+    labels = _labels(y, len(x), n_classes)
+    low = _lower_bounds(model, plan, x, _spec(labels, n_classes), eps, norm, method, clip_values, batch_size)
+    if n_classes == 1:  # margins of the two classes: the bound of +-z at the other class
+        margins = np.full((len(x), 2), np.inf, np.float32)
+        margins[np.arange(len(x)), 1 - labels] = low[:, 0]
+    else:
+        margins = low
+    margins[np.arange(len(x)), labels] = np.inf
+    certified = np.all(margins > 0, axis=1)
+    return Certificate(certified, margins.astype(np.float32), float(eps), norm, method, clip_values)
+
+
+def output_bounds(model, x, eps, *, norm="linf", method="crown", clip_values=None, batch_size=None):
+    """Lower and upper bounds of a classifier's logits over an eps-ball around each point.
+
+    Args:
+        model, x, eps, norm, method, clip_values, batch_size: as in `certify`.
+
+    Returns:
+        `(lower, upper)`, float32 arrays shaped like the model's output `(n, *output_shape)`: every
+        logit of every input in the set lies between them.
+
+    Raises:
+        ValueError, TypeError: as in `certify`.
+    """
+    plan, x, eps, norm, method, clip_values, batch_size = _check(
+        model, x, eps, norm, method, clip_values, batch_size
+    )
+    k = int(np.prod(plan.shapes[plan.output]))
+    eye = np.eye(k, dtype=np.float32)
+    spec = np.broadcast_to(np.concatenate([eye, -eye])[None], (len(x), 2 * k, k)).copy()
+    low = _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_size)
+    shape = (len(x),) + tuple(plan.shapes[plan.output])
+    return low[:, :k].reshape(shape), (-low[:, k:]).reshape(shape)
