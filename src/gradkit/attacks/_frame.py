@@ -27,6 +27,7 @@ from gradkit.gradients import (
     check_classifier,
     check_x,
     compiled_spec,
+    input_names,
     n_outputs,
     output_index,
     output_shape,
@@ -184,6 +185,30 @@ def prepare(grad, x, y, clip_values, batch_size=None):
     return x, labels, n
 
 
+def check_single_input(model, x, name):
+    """TypeError before any work where `name` (an entry point for single-input models: "APGD",
+    "evaluate", "min_norm", ...) is given several input arrays or a model (or ensemble member) with
+    several inputs; every such entry point says it in these same words.
+
+    Args:
+        model: a Keras model, a `gradkit.WeightedEnsemble` or an object with `as_ensemble()`.
+        x: the user's inputs (one array, or a list/tuple/dict of arrays).
+        name: the entry point named in the message.
+    """
+    if isinstance(x, (list, tuple, dict)):
+        raise TypeError(
+            f"`x` must be one array: {name} attacks single-input models. Received: x of type "
+            f"{type(x).__name__} (use gradkit.pgd for several inputs)"
+        )
+    for member in as_ensemble(model).models:
+        names = input_names(member)
+        if len(names) > 1:
+            raise TypeError(
+                f"`model` must have one input: {name} attacks single-input models. Received: a model "
+                f"with {len(names)} inputs {names} (use gradkit.pgd for several inputs)"
+            )
+
+
 def check_classifiers(grad, x):
     """ValueError before any work unless every member's attacked output is a classifier's (`(n, C)`
     scores; `gradkit.gradients.check_classifier`)."""
@@ -240,11 +265,8 @@ class Frame:
         self.targeted = _checks.check_flag(targeted, "targeted")
         if y_required and self.targeted and y is None:
             raise ValueError(y_required)
-        if single_input and isinstance(x, (list, tuple, dict)):
-            raise TypeError(
-                f"`x` must be one array: {single_input} attacks single-input models. Received: x of type "
-                f"{type(x).__name__} (use gradkit.pgd for several inputs)"
-            )
+        if single_input:
+            check_single_input(model, x, single_input)
         options = dict(
             loss=loss,
             objective=objective,

@@ -7,7 +7,7 @@ import numpy as np
 
 from gradkit import _checks
 from gradkit.attacks import MIN_NORM_NAMES as NAMES
-from gradkit.attacks import TABLE, decide, gradient_for, prepare
+from gradkit.attacks import TABLE, check_single_input, decide, gradient_for, prepare
 from gradkit.attacks.geometry import norms as _norms
 
 
@@ -98,7 +98,7 @@ def min_norm(model, x, y, *, norm, attacks=("fmn",), batch_size=None, output=Non
     Raises:
         ValueError: an unknown attack name, a norm an attack does not take (DDN: 2 only; 0: FMN only),
             `targeted=True`; before any work.
-        TypeError: `eps` in the attack arguments.
+        TypeError: `eps` in the attack arguments; several input arrays or a model with several inputs.
 
     References:
         Pintor, Roli, Brendel & Biggio (2021), "Fast minimum-norm adversarial attacks through adaptive
@@ -114,6 +114,7 @@ def min_norm(model, x, y, *, norm, attacks=("fmn",), batch_size=None, output=Non
         >>> result.curve([0.5, 1.0])  # doctest: +SKIP
     """
     fns, norm = _check(attacks, norm, attack_kwargs)
+    check_single_input(model, x, "min_norm")
     if y is None:
         raise ValueError("`y` (the true labels) is required for min_norm. Received: y=None")
     clip = _checks.check_clip_values(attack_kwargs.get("clip_values"))

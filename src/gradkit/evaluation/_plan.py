@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from gradkit import _checks
-from gradkit.attacks import NAMES, TABLE, is_ensemble
+from gradkit.attacks import NAMES, TABLE, check_single_input, is_ensemble
 from gradkit.evaluation import _versions
 from gradkit.gradients import (
     as_ensemble,
@@ -138,12 +138,12 @@ def check_data(model, x, y):
     """Checked `(x float (n, ...), labels int64 (n,), C)`; errors before any work.
 
     Raises:
-        TypeError: `x` is not one array (multi-input models are not evaluated), or `y` not numeric.
+        TypeError: `x` is not one array or the model has several inputs (multi-input models are not
+            evaluated), or `y` not numeric.
         ValueError: bad shapes, NaN or inf, `y` None, labels that are not class ids in [0, C).
     """
     first = as_ensemble(model).models[0]
-    if isinstance(x, (list, tuple, dict)):
-        _checks.fail("x", "one array (evaluate attacks single-input models)", type(x).__name__, TypeError)
+    check_single_input(model, x, "evaluate")
     x, n = check_x(first, x)
     for member in as_ensemble(model).models:
         index = output_index(member, None)
