@@ -364,3 +364,20 @@ def test_the_layout_is_read_from_the_model_and_refused_where_it_cannot_be_told()
     gradkit.square(mixed, x, eps=0.05, n_queries=2, data_format="channels_first")  # told: it runs
     with pytest.raises(ValueError, match="`data_format` must be one of"):
         gradkit.square(dense, x.transpose(0, 2, 3, 1), eps=0.05, n_queries=2, data_format="nchw")
+
+
+def test_a_wrapped_torch_module_is_read_channels_first():
+    """A `torch.nn.Module` in `keras.layers.TorchModuleWrapper` takes `(n, c, h, w)`, the layout of
+    PyTorch's convolutions, whatever the global Keras setting."""
+    if keras.backend.backend() != "torch":
+        pytest.skip("TorchModuleWrapper runs on the PyTorch backend")
+    import torch
+
+    from gradkit.attacks._frame import data_format
+
+    module = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 3)
+    )
+    inp = keras.Input((3, 8, 8))
+    model = keras.Model(inp, keras.layers.TorchModuleWrapper(module, output_shape=(None, 3))(inp))
+    assert data_format(model) == "channels_first"
