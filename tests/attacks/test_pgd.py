@@ -429,6 +429,9 @@ def test_l1_step_inside_the_box_passes_the_rest_to_the_next_coordinate():
     np.testing.assert_allclose(targeted, adv, atol=1e-6)  # descending the target's loss: the same step
     free = gradkit.fgsm(model, x0, [0], eps=0.2, norm=1)  # no box: all on coordinate 0
     np.testing.assert_allclose(free, [[-0.15, 0.4, 0.5, 0.5]], atol=1e-6)
+    host = gradkit.WeightedEnsemble([model], [1.0], normalize_gradients=True)  # the host loop
+    on_host = gradkit.fgsm(host, x0, [0], eps=0.2, norm=1, clip_values=(0, 1))
+    np.testing.assert_allclose(on_host, adv, atol=1e-6)
 
 
 def test_l1_device_steps_equal_the_numpy_loop():
