@@ -146,3 +146,58 @@ def test_l1_gradient_attacks_stay_in_the_ball_and_the_box(digits_cnn, attack):
     adv = getattr(gradkit, attack)(model, x, y, eps=2.0, norm=1, clip_values=(0, 1), **kw)
     assert l1_sizes(adv, x).max() <= 2.0 and adv.min() >= 0 and adv.max() <= 1
     assert accuracy(model, adv, y) < accuracy(model, x, y)
+
+
+@pytest.mark.parametrize("host", [False, True])
+def test_each_direction_is_its_norms_dual_maximizer(host):
+    """`direction(g, p)` has unit p-norm and attains the dual norm, <g, d> = ||g||_q with 1/p + 1/q = 1
+    (the steepest ascent over the unit ball): Linf -> ||g||_1, L2 -> ||g||_2, L1 -> ||g||_inf."""
+    g = np.random.default_rng(2).normal(0, 1, (5, 3, 4)).astype(np.float32)
+    rows = g.reshape(5, -1).astype(np.float64)
+    for norm in (np.inf, 2.0, 1.0):
+        if host:
+            d = geometry.direction(g, norm)
+        else:
+            d = ops.convert_to_numpy(geometry.direction_tensor(ops.convert_to_tensor(g), norm))
+        d = d.reshape(5, -1).astype(np.float64)
+        np.testing.assert_allclose(np.linalg.norm(d, ord=norm, axis=1), 1.0, rtol=1e-6)
+        dual = np.linalg.norm(rows, ord=geometry.DUAL[norm], axis=1)
+        np.testing.assert_allclose((rows * d).sum(axis=1), dual, rtol=1e-5)
+
+
+def steepest(g, budget, lo=None, hi=None, host=False):
+    g, lo, hi = (None if a is None else np.asarray(a, np.float32) for a in (g, lo, hi))
+    if host:
+        return geometry.steepest_l1(g, budget, lo, hi)
+    args = [None if a is None else ops.convert_to_tensor(a) for a in (g, lo, hi)]
+    return ops.convert_to_numpy(geometry.steepest_l1_tensor(args[0], budget, args[1], args[2]))
+
+
+@pytest.mark.parametrize("host", [False, True])
+def test_steepest_l1_step_by_hand(host):
+    g = [[1.0, -3.0, 2.0], [1.0, -1.0, 0.5], [0.0, 0.0, 0.0], [-2.0, 2.0, 1.0]]
+    # no box: all on the largest |g| (ties: the first), a zero gradient does not move
+    out = steepest(g, 0.5, host=host)
+    np.testing.assert_allclose(out, [[0, -0.5, 0], [0.5, 0, 0], [0, 0, 0], [-0.5, 0, 0]])
+    # a box: the largest |g| fills its room, the rest goes to the next (a fractional knapsack)
+    lo = [[-1, -0.1, -1], [-1, -1, -1], [-1] * 3, [-0.2, -1, -1]]
+    hi = [[1, 1, 0.3], [0, 1, 1], [1] * 3, [1, 0.1, 1]]
+    out = steepest(g, 0.5, lo, hi, host=host)
+    np.testing.assert_allclose(out, [[0.1, -0.1, 0.3], [0, -0.5, 0], [0, 0, 0], [-0.2, 0.1, 0.2]], atol=1e-7)
+    np.testing.assert_allclose(steepest(g, 9.0, lo, hi, host=host)[0], [1.0, -0.1, 0.3])  # room < budget
+
+
+def test_steepest_l1_step_maximizes_the_linear_gain_over_the_ball_and_the_box():
+    """Against scipy's linear program: <g, d> is the maximum over ||d||_1 <= eps, lo <= d <= hi."""
+    from scipy.optimize import linprog
+
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        g, x0 = rng.normal(0, 1, (1, 6)).astype(np.float32), rng.uniform(0, 1, (1, 6)).astype(np.float32)
+        d = steepest(g, 0.8, -x0, 1 - x0)
+        # d = u - v with u, v >= 0: max g.(u - v) s.t. sum(u + v) <= eps, u <= hi, v <= -lo
+        c = np.concatenate([-g[0], g[0]]).astype(np.float64)
+        bounds = [(0, h) for h in 1 - x0[0]] + [(0, -lo) for lo in -x0[0]]
+        best = linprog(c, A_ub=np.ones((1, 12)), b_ub=[0.8], bounds=bounds)
+        assert np.abs(d).sum() <= 0.8 + 1e-6 and np.all(d >= -x0 - 1e-7) and np.all(d <= 1 - x0 + 1e-7)
+        np.testing.assert_allclose(float((g * d).sum()), -best.fun, rtol=1e-5)

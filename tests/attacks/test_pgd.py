@@ -330,7 +330,10 @@ def numpy_pgd(model, x, y, eps, eps_step, steps, norm):
     x_adv = x.copy()
     for _ in range(steps):
         g = gradkit.input_gradient(model, x_adv, y, loss=LOGITS_CE)
-        moved = x_adv + np.float32(eps_step) * geometry.direction(g, norm)
+        if norm == 1:  # the steepest L1 step inside the box [0, 1]
+            moved = x_adv + geometry.steepest_l1(g, eps_step, -x_adv, 1 - x_adv)
+        else:
+            moved = x_adv + np.float32(eps_step) * geometry.direction(g, norm)
         x_adv = geometry.project_and_clip(moved, x, eps, norm, (0.0, 1.0))
     return x_adv
 
@@ -375,3 +378,63 @@ def test_a_point_fooled_mid_run_keeps_the_fooling_example():
     adv = gradkit.pgd(ens, x, y, eps=0.2, eps_step=0.05, steps=6, clip_values=(0, 1), random_start=False,
                       objective="vote_margin")  # fmt: skip
     np.testing.assert_allclose(adv, [[0.52, 0.5]], atol=1e-6)
+
+
+L1_W = np.array([1.5, -0.5, 0.25, 0.1], np.float32)  # the logit gap z0 - z1 of `l1_linear`
+
+
+def l1_linear(bias):
+    """Input(4) -> Dense(2) logits with z0 - z1 = L1_W . x + bias (z1 = 0): linear, so its L1 worst
+    case has a closed form."""
+    inp = keras.Input((4,))
+    model = keras.Model(inp, keras.layers.Dense(2)(inp))
+    model.set_weights([np.stack([L1_W, np.zeros(4, np.float32)], 1), np.array([bias, 0.0], np.float32)])
+    model.compile(loss=LOGITS_CE)
+    return model
+
+
+@pytest.mark.parametrize("name", ["fgsm", "bim"])
+def test_l1_step_is_the_steepest_ascent_and_reaches_the_exact_worst_case(name):
+    """On a linear model a perturbation of L1 norm eps lowers the margin m by at most eps * max|w|
+    (Hoelder: the dual of L1 is Linf), reached by all of eps on the coordinate of largest |w|: the
+    robust accuracy is the share of points with m / max|w| > eps, 0.10 here; the step eps * g / ||g||_1
+    lowers it only by eps * ||w||_2^2 / ||w||_1 and leaves 0.28."""
+    x = np.random.RandomState(0).uniform(0.3, 0.7, (50, 4)).astype(np.float32)
+    bias = -float((x.astype(np.float64) @ L1_W).mean())
+    model, eps = l1_linear(bias), 0.2
+    margin = np.abs(x.astype(np.float64) @ L1_W + bias)
+    y = (x @ L1_W + bias < 0).astype(int)  # clean accuracy 1
+    assert np.abs(margin / 1.5 - eps).min() > 1e-3  # no point within rounding of the threshold
+    exact = np.mean(margin / np.abs(L1_W).max() > eps)
+    spread = np.mean(margin * np.abs(L1_W).sum() / np.square(L1_W).sum() > eps)
+    assert (exact, spread) == (0.1, 0.28)
+    kw = {} if name == "fgsm" else dict(eps_step=eps / 4, steps=4)
+    adv = getattr(gradkit, name)(model, x, y, eps=eps, norm=1, clip_values=(0, 1), **kw)
+    assert accuracy(model, adv, y) == exact
+    delta = (adv - x).astype(np.float64)
+    assert np.abs(delta).sum(axis=1).max() <= eps
+    assert np.all(delta[:, 1:] == 0)  # only coordinate 0 moves, down the margin
+    assert np.all(np.sign(delta[:, 0]) == np.where(y == 0, -1.0, 1.0))
+    if name == "fgsm":  # all of eps (BIM keeps the first iterate that fools the model)
+        np.testing.assert_allclose(np.abs(delta[:, 0]), eps, rtol=1e-5)
+
+
+def test_l1_step_inside_the_box_passes_the_rest_to_the_next_coordinate():
+    """x0[0] = 0.05 may fall by 0.05 only: the steepest step inside [0, 1] (a fractional knapsack in
+    decreasing |w|) spends the other 0.15 on coordinate 1 (|w| = 0.5, rising): [0, 0.55, 0.5, 0.5]."""
+    model, x0 = l1_linear(0.0), np.array([[0.05, 0.4, 0.5, 0.5]], np.float32)
+    adv = gradkit.fgsm(model, x0, [0], eps=0.2, norm=1, clip_values=(0, 1))
+    np.testing.assert_allclose(adv, [[0.0, 0.55, 0.5, 0.5]], atol=1e-6)
+    targeted = gradkit.fgsm(model, x0, [1], eps=0.2, norm=1, clip_values=(0, 1), targeted=True)
+    np.testing.assert_allclose(targeted, adv, atol=1e-6)  # descending the target's loss: the same step
+    free = gradkit.fgsm(model, x0, [0], eps=0.2, norm=1)  # no box: all on coordinate 0
+    np.testing.assert_allclose(free, [[-0.15, 0.4, 0.5, 0.5]], atol=1e-6)
+    host = gradkit.WeightedEnsemble([model], [1.0], normalize_gradients=True)  # the host loop
+    on_host = gradkit.fgsm(host, x0, [0], eps=0.2, norm=1, clip_values=(0, 1))
+    np.testing.assert_allclose(on_host, adv, atol=1e-6)
+
+
+def test_l1_device_steps_equal_the_numpy_loop():
+    model, (x, y) = small_cnn(), random_images()
+    adv = gradkit.bim(model, x, y, eps=2.0, eps_step=0.5, steps=6, norm=1, clip_values=(0, 1), keep="last")
+    np.testing.assert_allclose(adv, numpy_pgd(model, x, y, 2.0, 0.5, 6, 1), atol=2e-6)

@@ -299,3 +299,85 @@ def test_square_l1_stays_in_the_ball_and_the_box(digits_cnn):
     adv = gradkit.square(model, x, y, eps=3.0, norm=1, n_queries=100, clip_values=(0, 1), seed=0)
     assert l1_sizes(adv, x).max() <= 3.0 and adv.min() >= 0 and adv.max() <= 1
     assert accuracy(model, adv, y) < accuracy(model, x, y) - 0.2
+
+
+def _twin(layout, mixed=False):
+    """Conv2D(4, 3) -> MaxPooling2D(2) -> GlobalAveragePooling2D -> Dense(3) on 8 x 8 RGB images, in
+    `layout`; the same weights in either layout compute the same function of the same image."""
+    inp = keras.Input((3, 8, 8) if layout == "channels_first" else (8, 8, 3))
+    h = keras.layers.Conv2D(4, 3, padding="same", activation="relu", data_format=layout)(inp)
+    h = keras.layers.MaxPooling2D(2, data_format=layout)(h)
+    pool = "channels_last" if mixed else layout  # a pooling layer at odds with the convolution
+    h = keras.layers.GlobalAveragePooling2D(data_format=pool)(h)
+    model = keras.Model(inp, keras.layers.Dense(3)(h))
+    rng = np.random.RandomState(0)
+    model.set_weights([(rng.randn(*w.shape) * 0.5).astype("float32") for w in model.get_weights()])
+    return model
+
+
+@pytest.mark.parametrize("norm, eps", [(np.inf, 0.05), (2, 0.5), (1, 2.0)])
+def test_a_channels_first_model_is_searched_as_its_channels_last_twin(norm, eps):
+    """A channels_first model (input (3, 8, 8), the layout of models ported from PyTorch) and its
+    channels_last twin with the same weights: the same seed gives the same examples up to the
+    transpose, so the windows run over height and width (read as height 3, width 8 and 8 channels
+    they would not). The two layouts' convolutions round apart by 5e-7, which can flip one keep
+    decision of the search: one row of 16 may differ."""
+    first, last = _twin("channels_first"), _twin("channels_last")
+    x = np.random.default_rng(0).uniform(0.2, 0.8, (16, 3, 8, 8)).astype(np.float32)
+    x_last = x.transpose(0, 2, 3, 1)
+    y = keras.ops.convert_to_numpy(last(x_last)).argmax(axis=1)
+    common = dict(eps=eps, norm=norm, n_queries=150, clip_values=(0, 1), seed=0)
+    adv_first = gradkit.square(first, x, y, **common)
+    adv_last = gradkit.square(last, x_last, y, **common)
+    assert adv_first.shape == x.shape
+    gap = np.abs(adv_first.transpose(0, 2, 3, 1) - adv_last).reshape(len(x), -1).max(axis=1)
+    assert np.sum(gap > 1e-5) <= 1  # one row may part where the layouts' rounding (5e-7) flips a choice
+    assert np.abs(adv_last - x_last).max() > eps / 10  # it moved
+
+
+def test_linf_start_stripes_run_down_the_height_of_a_channels_first_image():
+    """Square-Linf's start is vertical stripes, one sign per (column, channel): constant along the
+    height axis, which is axis 2 of a channels_first batch (and the override reads the same)."""
+    model = _twin("channels_first")
+    x = np.random.default_rng(1).uniform(0.2, 0.8, (4, 3, 8, 8)).astype(np.float32)
+    for data_format in (None, "channels_first"):
+        delta = gradkit.square(model, x, eps=0.05, n_queries=1, seed=0, data_format=data_format) - x
+        np.testing.assert_allclose(np.abs(delta), 0.05, rtol=1e-5)
+        signs = np.sign(delta)
+        assert np.array_equal(signs, np.broadcast_to(signs[:, :, :1, :], signs.shape))  # along h
+        assert not np.array_equal(signs, np.broadcast_to(signs[:, :1], signs.shape))  # not along c
+
+
+def test_the_layout_is_read_from_the_model_and_refused_where_it_cannot_be_told():
+    from gradkit.attacks._frame import data_format
+
+    assert data_format(_twin("channels_first")) == "channels_first"
+    assert data_format(_twin("channels_last")) == "channels_last"
+    dense = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(3)])
+    assert data_format(dense) == keras.config.image_data_format()
+    ensemble = gradkit.WeightedEnsemble([_twin("channels_first"), _twin("channels_first")], [0.5, 0.5])
+    assert data_format(ensemble) == "channels_first"
+    mixed, x = _twin("channels_first", mixed=True), np.full((2, 3, 8, 8), 0.5, np.float32)
+    assert data_format(mixed) is None
+    with pytest.raises(ValueError, match=r"`data_format` must be given .* mix channels_first and channels_l"):
+        gradkit.square(mixed, x, eps=0.05, n_queries=2)
+    gradkit.square(mixed, x, eps=0.05, n_queries=2, data_format="channels_first")  # told: it runs
+    with pytest.raises(ValueError, match="`data_format` must be one of"):
+        gradkit.square(dense, x.transpose(0, 2, 3, 1), eps=0.05, n_queries=2, data_format="nchw")
+
+
+def test_a_wrapped_torch_module_is_read_channels_first():
+    """A `torch.nn.Module` in `keras.layers.TorchModuleWrapper` takes `(n, c, h, w)`, the layout of
+    PyTorch's convolutions, whatever the global Keras setting."""
+    if keras.backend.backend() != "torch":
+        pytest.skip("TorchModuleWrapper runs on the PyTorch backend")
+    import torch
+
+    from gradkit.attacks._frame import data_format
+
+    module = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 3)
+    )
+    inp = keras.Input((3, 8, 8))
+    model = keras.Model(inp, keras.layers.TorchModuleWrapper(module, output_shape=(None, 3))(inp))
+    assert data_format(model) == "channels_first"

@@ -37,3 +37,51 @@ def test_fab_in_min_norm_reaches_the_closed_form_and_the_minimum_is_kept(norm):
     both = gradkit.min_norm(model, X, y, norm=norm, attacks=("fmn", "fab"), steps=30, clip_values=(0, 1))
     assert np.all(both.norms <= fab.norms) and set(both.best_attack) <= {"fmn", "fab"}
     np.testing.assert_allclose(lp(both.x_adv - X, norm), both.norms, rtol=1e-5)
+
+
+def two_input_model():
+    """Inputs a (3,) and b (2,) -> Concatenate -> Dense(3) logits."""
+    import keras
+
+    a, b = keras.Input((3,), name="a"), keras.Input((2,), name="b")
+    return keras.Model([a, b], keras.layers.Dense(3)(keras.layers.Concatenate()([a, b])))
+
+
+SINGLE_INPUT_ENTRIES = {
+    "min_norm": lambda m, x, y: gradkit.min_norm(m, x, y, norm=2, steps=2),
+    "evaluate": lambda m, x, y: gradkit.evaluate(m, x, y, eps=0.1, verbose=0),
+    "robustness_curve(attack='apgd')": lambda m, x, y: gradkit.robustness_curve(
+        m, x, y, attack="apgd", epsilons=[0.1], steps=2
+    ),
+    "robustness_curve(attack='standard')": lambda m, x, y: gradkit.robustness_curve(
+        m, x, y, attack="standard", epsilons=[0.1]
+    ),
+    "APGD": lambda m, x, y: gradkit.apgd(m, x, y, eps=0.1, steps=2),
+    "Square": lambda m, x, y: gradkit.square(m, x, y, eps=0.1, n_queries=2),
+    "FAB": lambda m, x, y: gradkit.fab(m, x, y, steps=2),
+    "FMN": lambda m, x, y: gradkit.fmn(m, x, y, steps=2),
+    "DDN": lambda m, x, y: gradkit.ddn(m, x, y, steps=2),
+}
+
+
+@pytest.mark.parametrize("entry", sorted(SINGLE_INPUT_ENTRIES))
+def test_every_single_input_entry_refuses_a_two_input_model_in_the_same_words(entry):
+    """min_norm and its siblings refuse several input arrays, or one array for a two-input model, with
+    one TypeError that names the entry point and the way out (gradkit.pgd), before any work; never a
+    raw numpy error ("setting an array element with a sequence")."""
+    model, rng = two_input_model(), np.random.default_rng(0)
+    xa, xb, y = rng.uniform(0, 1, (4, 3)), rng.uniform(0, 1, (4, 2)), np.arange(4) % 3
+    call, name = SINGLE_INPUT_ENTRIES[entry], entry.replace("(", r"\(").replace(")", r"\)")
+    several = rf"^`x` must be one array: {name} attacks single-input models\. Received: x of type "
+    for x in ([xa, xb], (xa, xb), {"a": xa, "b": xb}):
+        with pytest.raises(
+            TypeError, match=several + rf"{type(x).__name__} \(use gradkit.pgd for several inputs\)$"
+        ):
+            call(model, x, y)
+    if entry == "evaluate":  # evaluate shows the one-input model to build instead (evaluation._single)
+        with pytest.raises(ValueError, match="^`model` must have one input: evaluate attacks models of one"):
+            call(model, np.concatenate([xa, xb], axis=1), y)
+        return
+    one = rf"^`model` must have one input: {name} attacks single-input models\. Received: a model with 2 "
+    with pytest.raises(TypeError, match=one + r"inputs \['a', 'b'\] \(use gradkit.pgd for several inputs\)$"):
+        call(model, np.concatenate([xa, xb], axis=1), y)

@@ -21,7 +21,8 @@ PACKAGES = {
         "AttackGradient", "InputGradient", "LossSpec", "WeightGradient", "WeightedEnsemble", "as_ensemble",
         "cached", "check_attack_loss", "check_classifier", "check_labels", "check_model",
         "check_sample_weight", "check_surrogate", "check_x", "compiled_spec",
-        "input_gradient", "labels_for_loss", "logits_model", "member_forward", "member_gradient_norms",
+        "input_gradient", "input_names", "labels_for_loss", "logits_model", "member_forward",
+        "member_gradient_norms",
         "classes_from_outputs",
         "n_outputs", "output_index", "output_shape", "outputs_are_logits", "predict_batched",
         "predict_classes",
@@ -35,7 +36,7 @@ PACKAGES = {
         "NAMES", "TINY", "direction_tensor", "per_sample_norm_tensor", "project_and_clip_tensor",
         "AttackResult", "apgd", "bim", "ddn", "decide", "default_eps_step", "fab", "fgsm", "fmn",
         "gradient_for", "is_ensemble", "pgd", "predict_labels", "prepare", "run_attack", "square",
-        "MIN_NORM_NAMES", "TABLE", "recording",
+        "MIN_NORM_NAMES", "TABLE", "recording", "check_single_input",
     ],
     "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "describe", "load"],
     "gradkit.certificates": [

@@ -1,4 +1,5 @@
-"""Agreement with ART 1.20 and foolbox 3.3 on the same Keras model and data (FGSM, PGD in Linf and L2).
+"""Agreement with ART 1.20 and foolbox 3.3 on the same Keras model and data (FGSM, PGD in Linf and L2;
+FGSM in L1, where ART takes the steepest step and foolbox a weaker one).
 
 The peers run on TensorFlow only (ART's TensorFlowV2Classifier and foolbox's TensorFlowModel take a TF
 callable), so this module is skipped on the other backends; there, test_attacks.py compares FGSM with a
@@ -138,3 +139,20 @@ def test_cnn_on_digits_pgd_equals_art_and_foolbox():
     np.testing.assert_array_equal(ours, ball(art, x))
     pgd = foolbox.attacks.LinfPGD(abs_stepsize=0.025, steps=10, random_start=False)
     np.testing.assert_array_equal(ours, ball(foolbox_attack(pgd, cnn, x, y, 0.1), x))
+
+
+def test_l1_fgsm_equals_arts_fixed_steepest_step_and_beats_foolboxs_spread_step(tanh_data):
+    """ART 1.20's FastGradientMethod(norm=1) puts all of eps on the coordinate of largest |g| (fixed
+    in ART PR #2382), as gradkit does; foolbox 3.3's L1 FGM moves eps * g / ||g||_1, a weaker step."""
+    model, (x, y) = tanh_model(), tanh_data
+    x = (0.2 + 0.6 * x).astype(np.float32)  # one step of 0.15 never reaches the box
+    ours = gradkit.fgsm(model, x, y, eps=0.15, norm=1, clip_values=(0, 1))
+    art = FastGradientMethod(art_classifier(model), norm=1, eps=0.15, batch_size=len(x)).generate(x, y)
+    from gradkit.attacks.geometry import inside
+
+    np.testing.assert_allclose(ours, inside(art.astype(np.float32), x, 0.15, 1), atol=1e-7)
+    assert np.count_nonzero(ours - x, axis=1).max() == 1
+    spread = foolbox_attack(foolbox.attacks.L1FastGradientAttack(), model, x, y, 0.15)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    gain = [np.asarray(loss(y, model(a))) for a in (ours, spread)]
+    assert np.all(gain[0] >= gain[1] - 1e-6) and np.mean(gain[0] > gain[1] + 1e-4) > 0.9

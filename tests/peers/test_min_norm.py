@@ -1,7 +1,7 @@
 """The minimum-norm attacks against the peers at equal steps on digits CNNs (PyTorch backend: adv-lib and
 torchattacks take a torch.nn.Module, which a Keras model is there): FMN and DDN against adv-lib 0.2.8
-(per-sample median norm within 5%, robust accuracy within 1 point), FAB against adv-lib and FAB-T against
-torchattacks' multi-targeted FAB."""
+(per-sample median norm within 5%, robust accuracy within 1 point; FMN at least as strong), FAB against
+adv-lib and FAB-T against torchattacks' multi-targeted FAB."""
 
 import numpy as np
 import pytest
@@ -43,16 +43,20 @@ def peer_norms(model, x, y, adv, norm):
     return np.where(clean != y, 0.0, np.where(fooled, size, np.inf))
 
 
-def compare(ours, theirs, epsilons):
+def compare(ours, theirs, epsilons, stronger=False):
     """Median norm over the points both broke within 5%; success rate and the accuracy at each eps
-    within 1 point (on this ReLU network FMN-L2 breaks only about a quarter of the points in 100 steps,
-    adv-lib and gradkit alike: it settles on the boundary of a piecewise-linear model)."""
+    within 1 point. `stronger`: gradkit may break more points, never fewer (1 point of slack). FMN's
+    iterate settles ON the boundary of this piecewise-linear model, where adv-lib counts it as not
+    broken (FMN-L2 breaks a quarter of the points in 50 steps); gradkit lands it just past the
+    boundary (`_engine.past_boundary`, at most 1% further) and breaks nearly all."""
     both = np.isfinite(ours) & np.isfinite(theirs) & (theirs > 0)
     assert both.sum() >= 20
-    assert abs(np.isfinite(ours).mean() - np.isfinite(theirs).mean()) <= 0.01
+    gained = np.isfinite(ours).mean() - np.isfinite(theirs).mean()
+    assert gained >= -0.01 if stronger else abs(gained) <= 0.01
     assert abs(np.median(ours[both]) / np.median(theirs[both]) - 1) <= 0.05
     for eps in epsilons:
-        assert abs(np.mean(ours > eps) - np.mean(theirs > eps)) <= 0.01, eps
+        lower = np.mean(theirs > eps) - np.mean(ours > eps)  # how much lower gradkit's accuracy is
+        assert lower >= -0.01 if stronger else abs(lower) <= 0.01, eps
 
 
 def run_peer(attack, model, x, y, **kwargs):
@@ -69,7 +73,7 @@ def test_fmn_matches_adv_lib(cnn, norm):
     model, x, y = cnn
     ours = gradkit.min_norm(model, x, y, norm=norm, steps=STEPS, clip_values=(0, 1)).norms
     theirs = peer_norms(model, x, y, run_peer(ADV_LIB.fmn, model, x, y, norm=norm, steps=STEPS), norm)
-    compare(ours, theirs, EPS[norm])
+    compare(ours, theirs, EPS[norm], stronger=True)
 
 
 def test_ddn_matches_adv_lib(cnn):

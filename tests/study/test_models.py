@@ -57,3 +57,19 @@ def test_a_function_that_returns_no_compiled_model_exits_2(network, capsys):
     assert code == 2 and "must return a compiled keras.Model" in capsys.readouterr().err
     with pytest.raises(ValueError, match="must name an importable function"):
         study.build_model("my_network_30:missing", (8, 8, 1), 10)
+
+
+def test_the_cnn_reads_the_datasets_channels_last_images_whatever_the_global_layout():
+    """The study's images are (h, w, c): its "cnn" says channels_last itself, so a global
+    `image_data_format("channels_first")` (set for ported PyTorch models) does not read (8, 8, 1) as 8
+    channels of 8 x 1 pixels."""
+    before = keras.config.image_data_format()
+    keras.config.set_image_data_format("channels_first")
+    try:
+        model = study.build_model("cnn", (8, 8, 1), 10)
+    finally:
+        keras.config.set_image_data_format(before)
+    convs = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
+    assert convs[0].kernel.shape == (3, 3, 1, 16)  # one input channel
+    assert all(getattr(layer, "data_format", "channels_last") == "channels_last" for layer in model.layers
+               if not isinstance(layer, keras.layers.Flatten))  # fmt: skip

@@ -30,6 +30,7 @@ from gradkit.attacks.geometry import default_eps_step
 from gradkit.attacks.geometry import direction_tensor
 from gradkit.attacks.geometry import per_sample_norm_tensor
 from gradkit.attacks.geometry import project_and_clip_tensor
+from gradkit.attacks._frame import check_single_input
 from gradkit.attacks._frame import gradient_for
 from gradkit.attacks._frame import predict_labels
 from gradkit.attacks._frame import prepare
@@ -57,6 +58,7 @@ __all__ = [
     "fab",
     "fgsm",
     "fmn",
+    "check_single_input",
     "gradient_for",
     "is_ensemble",
     "per_sample_norm_tensor",

@@ -16,7 +16,7 @@ import keras
 import numpy as np
 from keras import tree
 
-from gradkit import _checks, backend
+from gradkit import _checks, _keras_internals, backend
 from gradkit.gradients import (
     AttackGradient,
     InputGradient,
@@ -27,6 +27,7 @@ from gradkit.gradients import (
     check_classifier,
     check_x,
     compiled_spec,
+    input_names,
     n_outputs,
     output_index,
     output_shape,
@@ -34,6 +35,7 @@ from gradkit.gradients import (
 )
 
 OBJECTIVE_LOSSES = ("ce", "dlr", "margin")
+LAYOUTS = ("channels_last", "channels_first")
 _VALUES_PER_CALL = 1 << 22  # the default batch where rows are cheap to retrace: at most this many values
 
 
@@ -184,6 +186,53 @@ def prepare(grad, x, y, clip_values, batch_size=None):
     return x, labels, n
 
 
+def check_single_input(model, x, name):
+    """TypeError before any work where `name` (an entry point for single-input models: "APGD",
+    "evaluate", "min_norm", ...) is given several input arrays or a model (or ensemble member) with
+    several inputs; every such entry point says it in these same words.
+
+    Args:
+        model: a Keras model, a `gradkit.WeightedEnsemble` or an object with `as_ensemble()`.
+        x: the user's inputs (one array, or a list/tuple/dict of arrays).
+        name: the entry point named in the message.
+    """
+    if isinstance(x, (list, tuple, dict)):
+        raise TypeError(
+            f"`x` must be one array: {name} attacks single-input models. Received: x of type "
+            f"{type(x).__name__} (use gradkit.pgd for several inputs)"
+        )
+    for member in as_ensemble(model).models:
+        names = input_names(member)
+        if len(names) > 1:
+            raise TypeError(
+                f"`model` must have one input: {name} attacks single-input models. Received: a model "
+                f"with {len(names)} inputs {names} (use gradkit.pgd for several inputs)"
+            )
+
+
+def data_format(model):
+    """The image layout the model reads, "channels_last" `(n, h, w, c)` or "channels_first" `(n, c, h,
+    w)`, or None where its layers disagree.
+
+    Read from the `data_format` of its layers that take images (convolutions, pooling, padding,
+    cropping, upsampling; every ensemble member's, nested models included; not `Flatten`, whose
+    setting orders the flattening and defaults to the global one); a wrapped PyTorch module
+    (`keras.layers.TorchModuleWrapper`) reads `(n, c, h, w)`, the layout of PyTorch's own convolution
+    and pooling modules. A model without such layers (dense layers on images) follows
+    `keras.config.image_data_format()`.
+    """
+    found = set()
+    for member in as_ensemble(model).models:
+        for layer in _keras_internals.flat_layers(member):
+            if type(layer).__name__ == "TorchModuleWrapper":
+                found.add("channels_first")
+            elif type(layer).__name__ != "Flatten" and getattr(layer, "data_format", None) in LAYOUTS:
+                found.add(layer.data_format)
+    if not found:
+        return keras.config.image_data_format()
+    return found.pop() if len(found) == 1 else None
+
+
 def check_classifiers(grad, x):
     """ValueError before any work unless every member's attacked output is a classifier's (`(n, C)`
     scores; `gradkit.gradients.check_classifier`)."""
@@ -211,7 +260,8 @@ class Frame:
     Attributes:
         model, owner, grad (`InputGradient`), objective (`AttackGradient`, or None where only host
         gradients exist), x0 (checked inputs), labels (int `(n,)`), n, n_classes (C; 2 for one sigmoid
-        unit; single-input frames), clip_values, batch_size (as given), targeted; n_forwards and
+        unit; single-input frames), clip_values, batch_size (as given), targeted, data_format (the
+        image layout, "channels_last" or "channels_first"; None where the layers disagree); n_forwards and
         n_gradients (rows evaluated without / with a gradient so far); success (bool `(n,)`, set by the
         attack when it knows it) and norms (float64 `(n,)`, set by FAB).
     """
@@ -240,11 +290,8 @@ class Frame:
         self.targeted = _checks.check_flag(targeted, "targeted")
         if y_required and self.targeted and y is None:
             raise ValueError(y_required)
-        if single_input and isinstance(x, (list, tuple, dict)):
-            raise TypeError(
-                f"`x` must be one array: {single_input} attacks single-input models. Received: x of type "
-                f"{type(x).__name__} (use gradkit.pgd for several inputs)"
-            )
+        if single_input:
+            check_single_input(model, x, single_input)
         options = dict(
             loss=loss,
             objective=objective,
@@ -273,6 +320,13 @@ class Frame:
             raise ValueError(f"`loss` must be one of 'ce', 'dlr', 'margin'. Received: loss={loss!r}")
         classes = n_outputs(self.grad.ensemble.models[0], self.grad.output_index, self.x0)
         self.n_classes = 2 if classes == 1 else classes
+
+    @property
+    def data_format(self):
+        """The model's image layout (`data_format(model)`), read once; None where it cannot be told."""
+        if not hasattr(self, "_data_format"):
+            self._data_format = data_format(self.model)
+        return self._data_format
 
     def as_float32(self):
         """The clean inputs as float32 and the labels as int32 (the minimum-norm attacks' state)."""

@@ -166,6 +166,7 @@ def fab(
             better = size < best_norm[idx]
             best[idx[better]], best_norm[idx[better]] = adv[better], size[better]
     found = np.isfinite(best_norm) & correct
+    best, found = engine.past_boundary(frame, np.where(engine.rows_mask_host(found, x0), best, x0), found)
     frame.norms = np.where(correct, np.inf, 0.0)
     frame.norms[found] = geometry.norms(best[found].astype(np.float64) - x0[found].astype(np.float64), norm)
     frame.success = ~correct | (found if eps is None else found & (frame.norms <= eps))

@@ -84,12 +84,50 @@ def per_sample_norm_tensor(a):
 
 
 def direction_tensor(g, norm):
-    """The ascent direction of unit norm per sample: sign(g) (Linf), g / ||g||_2 (L2), g / ||g||_1 (L1)."""
+    """The steepest-ascent direction of unit norm per sample, `argmax_{||d||_p <= 1} <g, d>`, which
+    attains the dual norm `<g, d> = ||g||_q`: sign(g) (Linf, q = 1), g / ||g||_2 (L2), and for L1
+    (q = inf) `sign(g_i) e_i` on the coordinate of largest `|g_i|` (ties: the first in row-major order;
+    a zero gradient gives a zero direction). See `steepest_l1_tensor` for the step inside a box."""
     if norm == np.inf:
         return ops.sign(g)
     if norm == 1:
-        return g / ops.maximum(ops.reshape(row_norm(g, 1), (-1,) + (1,) * (len(g.shape) - 1)), TINY)
+        return steepest_l1_tensor(g, 1.0)
     return g / ops.maximum(per_sample_norm_tensor(g), TINY)
+
+
+def steepest_l1_tensor(g, budget, lo=None, hi=None):
+    """The L1 steepest-ascent step: per sample the `d` maximizing `<g, d>` subject to `||d||_1 <= budget`
+    and `lo <= d <= hi`.
+
+    Without a box that is all of `budget` on the coordinate of largest `|g_i|`, with its sign (the
+    maximizer of the dual norm: `<g, d> = budget * ||g||_inf`), not `budget * g / ||g||_1`, which
+    spreads the budget and gains only `budget * ||g||_2^2 / ||g||_1`. In a box the problem is a
+    fractional knapsack: coordinates are filled in decreasing `|g_i|`, each up to its room in the
+    direction of `sign(g_i)`, until the budget is spent, so a coordinate at the box's edge passes the
+    rest on to the next one. Ties in `|g_i|` are filled in row-major order (the first coordinate
+    first, as `np.argmax` picks); coordinates with `g_i = 0` never move.
+
+    Args:
+        g: float tensor `(n, ...)`, the gradient to ascend.
+        budget: scalar tensor or float >= 0, the L1 length of the step (input units).
+        lo, hi: None (no box) or tensors like `g` with `lo <= 0 <= hi`: how far each coordinate may move
+            down and up (`clip_values` minus the current point).
+
+    Returns:
+        A tensor like `g`, with `||d||_1 <= budget` up to float rounding.
+    """
+    rows = flat(g)
+    a, budget = ops.abs(rows), ops.cast(budget, g.dtype)
+    if lo is None:
+        room = ops.where(a > 0, budget * ops.ones_like(a), ops.zeros_like(a))
+    else:
+        room = ops.where(rows > 0, flat(hi), ops.where(rows < 0, -flat(lo), ops.zeros_like(a)))
+        room = ops.maximum(room, 0.0)
+    order = ops.argsort(-a, axis=1)  # stable on every backend: ties keep their row-major order
+    room = ops.take_along_axis(room, order, axis=1)
+    taken = ops.clip(budget - (ops.cumsum(room, axis=1) - room), 0.0, room)
+    amount = ops.take_along_axis(taken, ops.argsort(order, axis=1), axis=1)
+    return ops.reshape(ops.sign(rows) * amount, g.shape)
 
 
 def clip_tensor(x, lo, hi):
@@ -276,7 +314,26 @@ def direction(g, norm):
     """`direction_tensor` on a numpy gradient (the loop of objectives with host gradients)."""
     if norm == np.inf:
         return np.sign(g)
-    return g / np.maximum(per_sample_l1(g) if norm == 1 else per_sample_norm(g), TINY)
+    if norm == 1:
+        return steepest_l1(g, 1.0)
+    return g / np.maximum(per_sample_norm(g), TINY)
+
+
+def steepest_l1(g, budget, lo=None, hi=None):
+    """`steepest_l1_tensor` on numpy arrays (`lo`, `hi` None or arrays like `g`), in `g`'s dtype."""
+    rows = np.asarray(g).reshape(len(g), -1)
+    a, budget = np.abs(rows), rows.dtype.type(budget)
+    if lo is None:
+        room = np.where(a > 0, budget, 0).astype(rows.dtype)
+    else:
+        up, down = np.reshape(hi, rows.shape), -np.reshape(lo, rows.shape)
+        room = np.maximum(np.where(rows > 0, up, np.where(rows < 0, down, 0)), 0).astype(rows.dtype)
+    order = np.argsort(-a, axis=1, kind="stable")
+    room = np.take_along_axis(room, order, axis=1)
+    taken = np.clip(budget - (np.cumsum(room, axis=1) - room), 0, room)
+    amount = np.empty_like(taken)
+    np.put_along_axis(amount, order, taken, axis=1)
+    return (np.sign(rows) * amount).reshape(np.shape(g))
 
 
 def project_and_clip(x, x0, eps, norm, clip_values):

@@ -6,9 +6,14 @@ then `steps` times:
 
     x_{k+1} = clip( P_eps(x0)( x_k + eps_step * dir(grad_x L(x_k)) ) )
 
-with `dir` the sign (Linf), the per-sample unit-L2 direction (L2) or g / ||g||_1 (L1; foolbox's and
-ART's L1 step), `P_eps(x0)` the projection onto the eps-ball around the CLEAN input and `clip` the clip
-to `clip_values` (L1: the exact projection onto the L1-ball and the box, `geometry.project_l1_box`).
+with `dir` the steepest-ascent direction of the norm, `argmax_{||d|| <= 1} <g, d>`: the sign (Linf),
+the per-sample unit-L2 direction (L2), and for L1 the whole step on the coordinate of largest |g| (the
+dual-norm maximizer, as in ART 1.20's FastGradientMethod, fixed in ART PR #2382; foolbox 3.3's L1 step
+`g / ||g||_1` spreads the step and is weaker). With `clip_values` the L1 step is the steepest one
+inside the box (`geometry.steepest_l1_tensor`: a coordinate at the box's edge passes the rest of the
+step to the next largest |g|). `P_eps(x0)` is the projection onto the eps-ball around the CLEAN input
+and `clip` the clip to `clip_values` (L1: the exact projection onto the L1-ball and the box,
+`geometry.project_l1_box`).
 FGSM is one BIM step with `eps_step = eps`; BIM is PGD without random start; a targeted attack
 descends the loss of the target.
 
@@ -64,9 +69,12 @@ def fgsm(
 
     FGSM is one BIM step with `eps_step = eps` and no random start, so it equals
     `bim(model, x, y, eps=eps, eps_step=eps, steps=1, ...)`. With `norm=2` the step is
-    `eps * g / ||g||_2` per sample (the fast gradient method); with `norm=1` it is
-    `eps * g / ||g||_1` (foolbox's and ART's L1 step), then the exact projection onto the L1-ball and
-    the box (see `gradkit.bim`); a zero gradient gives a zero step.
+    `eps * g / ||g||_2` per sample (the fast gradient method); with `norm=1` it is the L1 steepest
+    ascent: all of eps on the coordinate of largest `|g_i|`, with its sign (the maximizer of `<g, d>`
+    over the L1 ball, as ART's FastGradientMethod; ties go to the first coordinate in row-major order),
+    and inside `clip_values` the steepest step within the box: where that coordinate reaches the box's
+    edge, the rest goes to the next largest `|g_i|`. On a linear model this is the exact L1 worst case.
+    A zero gradient gives a zero step.
 
     Args:
         model: a built Keras classifier, a `gradkit.WeightedEnsemble` (its gradient is
@@ -139,13 +147,14 @@ def bim(
 ):
     """Basic Iterative Method (iterative FGSM): `steps` steps of size `eps_step`, no random start.
 
-    Each step moves `eps_step` along sign(g) (Linf), g / ||g||_2 (L2) or g / ||g||_1 (L1) per sample (a
-    zero gradient gives a zero step), projects the perturbation onto the eps-ball around the CLEAN input
+    Each step moves `eps_step` along sign(g) (Linf), g / ||g||_2 (L2) or, for L1, along the coordinate
+    of largest |g| (the L1 steepest ascent inside the box, see `gradkit.fgsm`) per sample (a zero
+    gradient gives a zero step), projects the perturbation onto the eps-ball around the CLEAN input
     (Linf: clip each coordinate to [-eps, eps]; L2: scale the whole per-sample perturbation down to norm
     eps) and clips to `clip_values`. L1 instead projects exactly onto the L1-ball intersected with the
     box (Croce & Hein 2021, Lemma 3.1: soft-thresholding clipped to the box), the closest point that
-    is inside both; a rescaling followed by a clip is not (foolbox rescales; this is its step with
-    AutoAttack's projection). For sparse L1 attacks prefer `gradkit.apgd(norm=1)`.
+    is inside both; a rescaling followed by a clip is not (foolbox rescales). For sparse L1 attacks
+    prefer `gradkit.apgd(norm=1)`, whose step moves the top fraction of coordinates.
 
     BIM is PGD without random start. Each step is one compiled gradient call for all ensemble members;
     the step loop runs in Python.
@@ -385,7 +394,14 @@ def step(x, x0, g, size, eps, norm, bounds):
     (`backend.linf_step`, the same values)."""
     if norm == np.inf:
         return engine.fast_path("linf_step", _linf_step)(x, x0, g, size, eps, bounds)
-    moved = x + ops.cast(size, x.dtype) * geometry.direction_tensor(g, norm)
+    size = ops.cast(size, x.dtype)
+    if norm == 1:  # the steepest step inside the box, from x
+        lo = hi = None
+        if bounds is not None:
+            lo, hi = ops.cast(bounds[0], x.dtype) - x, ops.cast(bounds[1], x.dtype) - x
+        moved = x + geometry.steepest_l1_tensor(ops.sign(size) * g, ops.abs(size), lo, hi)
+    else:
+        moved = x + size * geometry.direction_tensor(g, norm)
     return geometry.project_and_clip_tensor(moved, x0, eps, norm, bounds)
 
 
@@ -461,7 +477,11 @@ def _on_host(frame, a):
     weights = np.ones(n, np.float32)
 
     def update(xa, x, g):
-        moved = xa + x.dtype.type(size) * geometry.direction(g, norm)
+        if norm == 1:  # the steepest step inside the box, as on the device
+            lo, hi = (None, None) if clip_values is None else (clip_values[0] - xa, clip_values[1] - xa)
+            moved = xa + geometry.steepest_l1(np.sign(size) * g, abs(size), lo, hi).astype(xa.dtype)
+        else:
+            moved = xa + x.dtype.type(size) * geometry.direction(g, norm)
         return geometry.project_and_clip(moved, x, eps, norm, clip_values)
 
     for _ in range(a["steps"]):

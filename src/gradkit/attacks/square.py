@@ -16,11 +16,14 @@ at iterations 10, 50, 200, 500, 1000, 2000, 4000, 6000 and 8000 of a 10000-query
 - L1 (AutoAttack's Square-L1): the L2 scheme with bumps weighted `1/(k+1)^4` of unit L1 norm, each point
   projected exactly onto the L1-ball and the box.
 
-Windows are drawn per sample. Inputs are images `(n, h, w, c)` channels-last; `(n, h, w)` is one
-channel; flat `(n, d)` is a `(h, w, 1)` image with `h` the largest divisor of `d` not above `sqrt(d)`;
-more dimensions fold into channels. The start is drawn on the host (numpy); the proposals inside the
-compiled step (`backend.compile_search`) from uniform draws of the backend's random ops, seeded per
-batch: the stream differs from numpy's, the distributions are the same. A window is a mask over the
+Windows are drawn per sample, over the image's height and width in the model's own layout
+(`data_format`, read from its layers: a channels-first model, as ported from PyTorch, is searched
+as `(n, h, w, c)` after moving its channel axis last, and its candidates moved back). Images are then
+`(n, h, w, c)`; `(n, h, w)` is one channel; flat `(n, d)` is a `(h, w, 1)` image with `h` the largest
+divisor of `d` not above `sqrt(d)`; more dimensions fold into channels. The start is drawn on the
+host (numpy); the proposals inside the compiled step (`backend.compile_search`) from uniform draws of
+the backend's random ops, seeded per batch: the stream differs from numpy's, the distributions are
+the same. A window is a mask over the
 whole image (static shapes: one trace for every side), its side and pattern looked up by the
 schedule's stage; the host reads one flag every `CHECK_EVERY` steps.
 
@@ -38,7 +41,7 @@ from keras import ops
 from gradkit import _checks, backend
 from gradkit.attacks import _engine as engine
 from gradkit.attacks import geometry
-from gradkit.attacks._frame import Frame
+from gradkit.attacks._frame import LAYOUTS, Frame
 
 HALVINGS = (10, 50, 200, 500, 1000, 2000, 4000, 6000, 8000)  # of a 10000-query budget
 STAGES = len(HALVINGS) + 1
@@ -62,6 +65,7 @@ def square(
     output=None,
     objective="loss_sum",
     seed=None,
+    data_format=None,
 ):
     """The Square Attack (Andriushchenko et al. 2020): random search with square-shaped updates.
 
@@ -72,7 +76,8 @@ def square(
 
     Args:
         model: a Keras classifier (single input), a `gradkit.WeightedEnsemble` or a boosting estimator.
-        x: float32 `(n, *input_shape)` inside `clip_values`, images read channels-last.
+        x: float32 `(n, *input_shape)` inside `clip_values`, images in the model's layout (see
+            `data_format`).
         y: class ids `(n,)` or one-hot: the true labels, or the targets when `targeted` (then required).
             Defaults to the model's predictions.
         eps: radius, float >= 0 (input units). norm: `np.inf` (default), `2` or `1` (L1: AutoAttack's
@@ -84,13 +89,18 @@ def square(
             the margin of the smoothed weighted vote).
         seed: None or int >= 0 seeding the random search (the start in numpy, the proposals with
             the backend's random ops inside the compiled step).
+        data_format: None (default: the model's layout, from the `data_format` of its convolution and
+            pooling layers, else `keras.config.image_data_format()`; a wrapped PyTorch module is
+            channels-first), "channels_last" (`(n, h, w, c)`) or "channels_first" (`(n, c, h, w)`):
+            which axes of an image are its height, width and channels, over which windows run.
 
     Returns:
         float32 `(n, *input_shape)` adversarial examples in the eps-ball and in `clip_values`.
 
     Raises:
         ValueError: eps < 0, n_queries < 1, p_init outside (0, 1], a bad norm or labels, `targeted`
-            without `y`; before any work.
+            without `y`, a bad `data_format`, or image inputs of a model whose layers mix both layouts
+            without `data_format`; before any work.
         TypeError: several inputs, non-integer `n_queries`, a bad `model`.
 
     References:
@@ -115,6 +125,7 @@ def square(
         targeted=targeted,
         single_input="Square",
     )
+    layout = _layout(frame, data_format)
     if eps == 0:
         x_adv = frame.x0.copy()
         frame.success = frame.predict(x_adv) != frame.labels
@@ -130,19 +141,37 @@ def square(
         n_queries=n_queries,
         p_init=p_init,
         rng=np.random.default_rng(seed),
+        layout=layout,
     )
     return geometry.inside(x_adv, frame.x0, eps, norm)
 
 
-def run(frame, x0, labels, targets, *, eps, norm, n_queries, p_init, rng):
+def _layout(frame, data_format):
+    """The layout Square reads images in: `data_format` if given, else the frame's (the model's);
+    ValueError where image inputs meet a model whose layers mix both layouts."""
+    if data_format is not None:
+        return _checks.check_choice(data_format, "data_format", LAYOUTS)
+    if frame.data_format is None and frame.x0.ndim >= 3:
+        raise ValueError(
+            "`data_format` must be given for a model whose layers mix channels_first and channels_last: "
+            "Square runs its windows over the image's height and width. Pass "
+            "data_format='channels_first' (inputs (n, c, h, w)) or 'channels_last' ((n, h, w, c)). "
+            "Received: data_format=None"
+        )
+    return frame.data_format or "channels_last"
+
+
+def run(frame, x0, labels, targets, *, eps, norm, n_queries, p_init, rng, layout="channels_last"):
     """The random search on the rows `x0` `(m, ...)` with `labels` (and `targets`, or None): `(x_best,
     success, n_queries_used)`. The start and each batch's device seed come from `rng` (a
-    `np.random.Generator`); the queried rows are added to `frame.n_forwards`."""
-    image = as_image(x0).shape[1:]
-    start, rows, tensors = _constants(frame.clip_values, x0, eps, norm, n_queries, p_init, rng)
+    `np.random.Generator`); the queried rows are added to `frame.n_forwards`. `layout`: the layout of
+    `x0`'s images, "channels_last" or "channels_first"."""
+    image = as_image(channels_last(x0, layout)).shape[1:]
+    start, rows, tensors = _constants(frame.clip_values, x0, eps, norm, n_queries, p_init, rng, layout)
     objective, clip = frame.objective, frame.clip_values is not None
     static = dict(norm=norm, targeted=targets is not None, clip=clip)
-    step = objective.search_function("square", *_step(objective, image, **static), image=image, **static)
+    parts = _step(objective, image, x0.shape[1:], layout, **static)
+    step = objective.search_function("square", *parts, image=image, layout=layout, **static)
     (trainables, non_trainables), parts = objective.fixed(labels, targets)
     out = {"x": [], "success": [], "used": []}
     for first, stop, pad, y, weights in parts:
@@ -169,13 +198,19 @@ def run(frame, x0, labels, targets, *, eps, norm, n_queries, p_init, rng):
     return np.concatenate(out["x"]), np.concatenate(out["success"]), used
 
 
-def _step(objective, image, *, norm, targeted, clip):
+def _step(objective, image, sample, layout, *, norm, targeted, clip):
     """The step as `(propose, keep, draws)` (`backend.compile_search`): `propose(state, fixed, u)` the
     candidate from `draws` uniform numbers per row, then `keep(state, fixed, candidate, (values,
-    logits))` the next state: a candidate is kept where its loss rises or it succeeds."""
+    logits))` the next state: a candidate is kept where its loss rises or it succeeds. `image` is the
+    channels-last view `(h, w, c)` of a sample of shape `sample` in `layout`."""
+    first = layout == "channels_first" and len(sample) >= 2
+    last = (*sample[1:], sample[0]) if first else sample
 
     def propose(state, fixed, u):
-        return ops.reshape(_propose(state, fixed, u, image, norm, clip), state["x"].shape)
+        x = state["x"]
+        best = ops.reshape(ops.moveaxis(x, 1, -1) if first else x, (-1,) + image)
+        cand = ops.reshape(_propose(state, fixed, u, best, norm, clip), (-1,) + tuple(last))
+        return ops.moveaxis(cand, -1, 1) if first else cand
 
     def keep(state, fixed, cand, aux):
         x = state["x"]
@@ -196,13 +231,13 @@ def _step(objective, image, *, norm, targeted, clip):
     return propose, keep, draws(norm, image[-1])
 
 
-def _propose(state, fixed, u, image, norm, clip):
-    """A candidate `(n, *image)` for every row from the uniform draws `u`; at the first step (`i < 0`)
-    the start itself (Linf: an empty window, no pass over the batch of its own)."""
+def _propose(state, fixed, u, best, norm, clip):
+    """A candidate `(n, h, w, c)` for every row of the channels-last images `best` from the uniform
+    draws `u`; at the first step (`i < 0`) the start itself (Linf: an empty window, no pass over the
+    batch of its own)."""
     first = state["i"] < 0
     stage = ops.sum(ops.cast(state["i"] >= fixed["starts"], "int32"))
     sides = ops.take(fixed["sides"], stage, axis=0)
-    best = ops.reshape(state["x"], (-1,) + image)
     if norm == np.inf:
         return linf_proposal(best, (fixed["plus"], fixed["minus"]), sides, u, empty=first)
     bounds = (fixed["lo"], fixed["hi"]) if clip else None
@@ -436,11 +471,14 @@ def schedule(p_init, n_queries, h, w, norm):
     return np.asarray(starts, np.int32), sides, patterns
 
 
-def _constants(clip, x0, eps, norm, n_queries, p_init, rng):
-    """`(start, per-row constants on the host, scalar and table tensors)` of an attack."""
-    img0 = as_image(x0)
+def _constants(clip, x0, eps, norm, n_queries, p_init, rng, layout="channels_last"):
+    """`(start, per-row constants on the host, scalar and table tensors)` of an attack; the start in
+    `x0`'s layout, the per-row constants as channels-last images."""
+    img0 = as_image(channels_last(x0, layout))
     init = {np.inf: linf_init, 2.0: l2_init, 1.0: l1_init}[norm]
-    start = geometry.project_and_clip(init(img0, eps, rng), img0, eps, norm, clip).reshape(x0.shape)
+    start = from_channels_last(
+        geometry.project_and_clip(init(img0, eps, rng), img0, eps, norm, clip), x0, layout
+    )
     if norm == np.inf:
         rows = dict(zip(("plus", "minus"), linf_ends(img0, eps, clip)))
     else:
@@ -454,8 +492,22 @@ def _constants(clip, x0, eps, norm, n_queries, p_init, rng):
     return start, rows, tensors
 
 
+def channels_last(x, layout):
+    """`x` `(n, ...)` with a channels-first image's channel axis (axis 1) moved last; `x` itself for
+    "channels_last" and for flat rows `(n, d)`."""
+    return np.moveaxis(x, 1, -1) if layout == "channels_first" and x.ndim >= 3 else x
+
+
+def from_channels_last(img, like, layout):
+    """The images `img` `(n, h, w, c)` back in the shape and layout of `like` (`channels_last`'s
+    inverse after `as_image`)."""
+    if layout == "channels_first" and like.ndim >= 3:
+        return np.moveaxis(img.reshape(channels_last(like, layout).shape), -1, 1)
+    return img.reshape(like.shape)
+
+
 def as_image(x):
-    """A view of `x` `(n, ...)` as images `(n, h, w, c)` (see the module docstring for the rules)."""
+    """A view of channels-last `x` `(n, ...)` as images `(n, h, w, c)` (see the module docstring)."""
     if x.ndim == 4:
         return x
     if x.ndim == 3:

@@ -12,6 +12,7 @@ from gradkit.attacks import (
     MIN_NORM_NAMES,
     TABLE,
     bim,
+    check_single_input,
     default_eps_step,
     fgsm,
     gradient_for,
@@ -154,6 +155,9 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
         raise ValueError("Pass the perturbation sizes as `epsilons=`, not `eps=` in the attack arguments.")
     if fn in MIN_NORM_NAMES:
         return _from_min_norm(model, x, y, fn, epsilons, batch_size, attack_kwargs)
+    if fn is _standard or (fn in _ATTACKS.values() and fn not in (fgsm, bim, pgd)):
+        label = attack if isinstance(attack, str) else fn.__name__
+        check_single_input(model, x, f"robustness_curve(attack={label!r})")
     iterative = fn in (bim, pgd)
     if iterative and "steps" not in attack_kwargs:
         raise ValueError(

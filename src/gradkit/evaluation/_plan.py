@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from gradkit import _checks
-from gradkit.attacks import NAMES, TABLE, is_ensemble
+from gradkit.attacks import NAMES, TABLE, check_single_input, is_ensemble
 from gradkit.evaluation import _versions
 from gradkit.evaluation._single import check_single
 from gradkit.gradients import (
@@ -140,13 +140,14 @@ def check_data(model, x, y):
 
     Raises:
         TypeError: `x` is not one array (multi-input models are not evaluated), or `y` not numeric.
-        ValueError: a model of several outputs or inputs (`check_single`), bad shapes, NaN or inf,
-            `y` None, labels that are not class ids in [0, C).
+        ValueError: a model of several outputs or inputs (`check_single`: the message shows the
+            one-output or one-input model to build), bad shapes, NaN or inf, `y` None, labels that are
+            not class ids in [0, C).
     """
     first = as_ensemble(model).models[0]
-    check_single(model)
     if isinstance(x, (list, tuple, dict)):
-        _checks.fail("x", "one array (evaluate attacks single-input models)", type(x).__name__, TypeError)
+        check_single_input(model, x, "evaluate")  # in the words of every single-input entry point
+    check_single(model)
     x, n = check_x(first, x)
     for member in as_ensemble(model).models:
         index = output_index(member, None)

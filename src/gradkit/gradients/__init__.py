@@ -29,6 +29,7 @@ from gradkit.gradients._losses import check_attack_loss
 from gradkit.gradients._losses import resolve_loss
 from gradkit.gradients._model_io import check_model
 from gradkit.gradients._model_io import check_x
+from gradkit.gradients._model_io import input_names
 from gradkit.gradients._outputs import n_outputs
 from gradkit.gradients._surrogate import check_surrogate
 from gradkit.gradients._outputs import output_index
@@ -56,6 +57,7 @@ __all__ = [
     "compiled_spec",
     "check_x",
     "input_gradient",
+    "input_names",
     "labels_for_loss",
     "logits_model",
     "member_forward",

@@ -55,10 +55,12 @@ def build_model(kind, input_shape, n_classes, *, learning_rate=3e-3):
         if len(input_shape) != 3:
             raise ValueError(f'`kind="cnn"` needs images (h, w, c). Received: input_shape={input_shape}')
         height = input_shape[0]
-        for filters in (16, 32):
-            stack.append(layers.Conv2D(filters, 3, padding="same", activation="relu"))
+        for filters in (16, 32):  # the datasets' images are (h, w, c) whatever the global layout
+            stack.append(
+                layers.Conv2D(filters, 3, padding="same", activation="relu", data_format="channels_last")
+            )
             if height >= 4:
-                stack.append(layers.MaxPooling2D(2))
+                stack.append(layers.MaxPooling2D(2, data_format="channels_last"))
                 height //= 2
         stack.append(layers.Flatten())
     else:
