@@ -20,6 +20,11 @@ def build(input_shape, n_classes):
     )
 
 
+def build_seeded():
+    torch.manual_seed(0)
+    return build((1, 8, 8), 4)
+
+
 def build_softmax():
     return torch.nn.Sequential(build((1, 8, 8), 4), torch.nn.Softmax(dim=1))
 
@@ -30,7 +35,7 @@ def not_a_module():
 
 
 def module_namespace():
-    """The functions of `SOURCE` (`build`, `build_softmax`, `not_a_module`)."""
+    """The functions of `SOURCE` (`build`, `build_seeded`: `torch_cnn()`, `build_softmax`, `not_a_module`)."""
     namespace = {}
     exec(compile(SOURCE, "torch_cnn_source", "exec"), namespace)  # noqa: S102 - the test's own source
     return namespace
