@@ -17,6 +17,7 @@ MODULES = [
     "bench_training",
     "bench_device",
     "bench_processes",
+    "bench_torch_module",
 ]
 
 if __name__ == "__main__":
