@@ -149,3 +149,15 @@ def test_gradient_norm_callback_all_logs_finite_values_on_a_wrapped_module():
     history = model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[callback])
     assert np.all(np.isfinite(history.history["noise_scale"]))
     assert all(np.all(np.isfinite(v)) for v in history.history.values()), history.history
+
+
+def test_noise_scale_leaves_a_wrapped_modules_buffers_as_the_plain_step_does():
+    import torch
+
+    plain, tracked = wrapped_model(batchnorm=True), wrapped_model(batchnorm=True)
+    tracked[0].set_weights(plain[0].get_weights())  # the head's too
+    gradkit.track_gradient_norm(tracked[0], include=("norm", "noise_scale"))  # one more pass over a half
+    for model, _ in (plain, tracked):
+        model.train_on_batch(X, Y)
+    for key, value in plain[1].state_dict().items():
+        torch.testing.assert_close(tracked[1].state_dict()[key], value, rtol=1e-5, atol=1e-6, msg=key)

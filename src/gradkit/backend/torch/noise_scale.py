@@ -92,7 +92,8 @@ def half_gradients(model, data, variables, scale):
         return [torch.zeros_like(t) for t in trainable], 0, int(b)
     non_trainable = [v.value.detach() for v in model.non_trainable_variables]
     metrics = [v.value.detach() for v in model.metrics_variables]
-    with torch.enable_grad():
+    own = [v.value for v in model.trainable_variables]  # a wrapped module's buffers: copies, dropped
+    with torch.enable_grad(), modules.bound(model, own, non_trainable):
         loss = half_loss(model, trainable, non_trainable, metrics, half, scale)
         grads = torch.autograd.grad(loss, trainable, allow_unused=True)
     return [torch.zeros_like(t) if g is None else g for t, g in zip(trainable, grads)], int(b1), int(b)
