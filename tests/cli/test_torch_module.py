@@ -174,3 +174,22 @@ def test_bad_torch_inputs_exit_2_naming_the_argument_and_write_nothing(capsys, t
         code, seen = _run(capsys, *args, "--out", str(out))
         assert code == 2 and message in seen.err, (model, seen.err)
     assert not out.exists()
+
+
+@on_torch
+def test_a_model_fn_wrapping_a_module_without_output_shape_is_pointed_to_torch_module(capsys, tmp_path):
+    (tmp_path / "tmp_wrapping_net.py").write_text(
+        "import keras, torch\n"
+        "def build():\n"
+        "    inputs = keras.Input((6,))\n"
+        "    return keras.Model(inputs, keras.layers.TorchModuleWrapper(torch.nn.Linear(6, 4))(inputs))\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        np.savez(tmp_path / "d.npz", x=np.zeros((4, 6), "float32"), y=np.arange(4))
+        (tmp_path / "w.weights.h5").write_bytes(b"")  # never read: the build fails first
+        args = [str(tmp_path / "d.npz"), "--model-fn", "tmp_wrapping_net:build", "--eps", "0.1"]
+        code, seen = _run(capsys, str(tmp_path / "w.weights.h5"), *args, "--out", str(tmp_path / "o"))
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert code == 2 and "pass --torch-module tmp_wrapping_net:build instead" in seen.err, seen.err

@@ -57,7 +57,16 @@ def build_from(fn, spec, input_shape, n_classes):
     """`fn()` when it takes no argument, else `fn(input_shape, n_classes)`; checked to be a Keras model."""
     import keras
 
-    model = _call(fn, input_shape, n_classes)
+    try:
+        model = _call(fn, input_shape, n_classes)
+    except NotImplementedError as err:  # Keras' own error: a TorchModuleWrapper without output_shape=
+        if "TorchModuleWrapper" not in str(err):
+            raise
+        raise InputError(
+            f"`--model-fn` {spec!r} wraps a torch module in TorchModuleWrapper without output_shape=: "
+            f"return the torch.nn.Module itself and pass --torch-module {spec} instead (gradkit reads its "
+            "output shape from one forward pass), or give TorchModuleWrapper(..., output_shape=...)"
+        ) from err
     if not isinstance(model, keras.Model):
         raise InputError(f"{spec!r} must return a keras.Model. Received: {type(model).__name__}")
     return model
