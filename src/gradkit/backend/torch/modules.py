@@ -158,10 +158,11 @@ def wrap_module(module, input_shape, state_dict=None, name=None):
         with torch.no_grad():
             out = module(torch.zeros((2, *input_shape), device=_keras_internals.torch_device()))
     except Exception as err:  # noqa: BLE001 - whatever the forward raises, the input shape is the suspect
+        raised = f"{type(err).__name__}: {' '.join(str(err).split())}"
         raise ValueError(
             f"`input_shape` must be the shape of one input of the module (no batch axis; torch layers "
             f"read images channels first, (C, H, W)). Received: input_shape={tuple(input_shape)} (its "
-            f"forward on zeros of shape {(2, *input_shape)} raised {type(err).__name__}: {err})"
+            f"forward on zeros of shape {(2, *input_shape)} raised {raised})"
         ) from err
     finally:
         module.train(was_training)
