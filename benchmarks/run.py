@@ -18,6 +18,7 @@ MODULES = [
     "bench_device",
     "bench_processes",
     "bench_smoothing",
+    "bench_torch_module",
 ]
 
 if __name__ == "__main__":

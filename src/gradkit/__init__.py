@@ -15,6 +15,7 @@ _EXPORTS = {
     "input_gradient": "gradkit.gradients",
     "weight_gradients": "gradkit.gradients",
     "WeightedEnsemble": "gradkit.gradients",
+    "from_torch": "gradkit.gradients",
     "DisconnectedGradientError": "gradkit.errors",
     "OutOfMemoryError": "gradkit.errors",
     "WorseThanRandomError": "gradkit.errors",

@@ -99,6 +99,7 @@ def test_the_running_backend_is_its_folder_re_exported():
         assert (getattr(backend, name) is None) == (backend.NAME not in WITH_FAST_PATHS), name
     for name, kind in CAPABILITIES.items():
         assert isinstance(getattr(backend, name), kind), name
+    assert (backend.wrap_module is None) == (backend.NAME != "torch")  # torch.nn.Modules: PyTorch only
     assert backend.ROW_QUANTUM is None or (isinstance(backend.ROW_QUANTUM, int) and backend.ROW_QUANTUM > 0)
 
 

@@ -15,13 +15,14 @@ TOP = [
     "square", "track_gradient_norm", "untrack_gradient_norm", "weight_gradients", "adversarial_training",
     "untrack_adversarial_training", "CatastrophicOverfittingCheck", "WorseThanRandomError",
     "OutOfMemoryError", "certify", "output_bounds", "Certificate", "smooth", "vote_certificate",
+    "from_torch",
 ]  # fmt: skip
 PACKAGES = {
     "gradkit.gradients": [
         "AttackGradient", "InputGradient", "LossSpec", "WeightGradient", "WeightedEnsemble", "as_ensemble",
         "cached", "check_attack_loss", "check_classifier", "check_labels", "check_model",
         "check_sample_weight", "check_surrogate", "check_x", "compiled_spec",
-        "input_gradient", "input_names", "labels_for_loss", "logits_model", "member_forward",
+        "from_torch", "input_gradient", "input_names", "labels_for_loss", "logits_model", "member_forward",
         "member_gradient_norms",
         "classes_from_outputs",
         "n_outputs", "output_index", "output_shape", "outputs_are_logits", "predict_batched",

@@ -26,6 +26,8 @@ Core (`core.py`):
 - `compile_forward(fn)`: the loss function compiled without a gradient, with `bind`.
 - `compile_step(objective, update, jit_compile=False)`: one attack step compiled whole.
 - `stateless_call(model, trainable, non_trainable, *args, **kwargs)`: wrapped torch modules included.
+- `wrap_module(module, input_shape, state_dict, name)`: a `torch.nn.Module` (weights from a state_dict
+  mapping or file) as a Keras model, its output shape from one forward pass (PyTorch; None elsewhere).
 - `set_random_seed(seed)`, `enable_determinism()`: seeding and deterministic ops (or why not).
 - `quiet_retracing()`: silences retracing warnings (TensorFlow; a no-op elsewhere).
 - `is_out_of_memory(exc)`, `out_of_memory_hint(rows, what)`: the framework's OOM, re-raised.
@@ -91,6 +93,7 @@ compile_grad = _impl.compile_grad
 compile_forward = _impl.compile_forward
 compile_step = _impl.compile_step
 stateless_call = _impl.stateless_call
+wrap_module = _impl.wrap_module
 set_random_seed = _impl.set_random_seed
 enable_determinism = _impl.enable_determinism
 quiet_retracing = _impl.quiet_retracing
@@ -140,6 +143,7 @@ __all__ = [
     "compile_forward",
     "compile_step",
     "stateless_call",
+    "wrap_module",
     "set_random_seed",
     "enable_determinism",
     "quiet_retracing",

@@ -9,18 +9,21 @@ import os
 import sys
 
 from gradkit import _quiet
-from gradkit.cli import _messages
+from gradkit.cli import _messages, _torch_module
 from gradkit.cli._parser import eps_list, number_list, word_list
 
 _EXAMPLE = """examples:
   gradkit evaluate runs/demo/single.keras digits --eps 0.1 --out runs/eval
   gradkit evaluate runs/demo/adv_boost digits --eps 0.05,0.1 --n-points 200
   gradkit evaluate model.weights.h5 test.npz --model-fn mynet:build --eps 8/255 --out runs/mine
+  KERAS_BACKEND=torch gradkit evaluate net.pt test.npz --torch-module mynet:build --eps 8/255
   gradkit evaluate model.keras test.npz --eps 0.1 --shard 1/2 --out runs/part1   (then gradkit merge)
 
 DATA is a .npz with x_test, y_test (or x, y) or a study data set name (digits, mnist, fashion_mnist,
 cifar10: the test split gradkit study uses). --model-fn's function takes no argument or
-(input_shape, n_classes) and returns the Keras model whose weights MODEL holds."""
+(input_shape, n_classes) and returns the Keras model whose weights MODEL holds; --torch-module's
+returns the torch.nn.Module whose state_dict MODEL (.pt/.pth) holds ("-": the module's own weights),
+run on KERAS_BACKEND=torch with DATA laid out as the module reads it (images channels first)."""
 
 
 def _shard(text):
@@ -47,7 +50,12 @@ def add_parser(commands):
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add = command.add_argument
-    add("model", metavar="MODEL", help="a .keras file, a saved boosted model folder, or weights (--model-fn)")
+    add(
+        "model",
+        metavar="MODEL",
+        help="a .keras file, a saved boosted model folder, weights (--model-fn) or a state_dict "
+        "(--torch-module)",
+    )
     add("data", metavar="DATA", help="a .npz (x_test, y_test or x, y) or a study data set name")
     add(
         "--eps",
@@ -77,9 +85,15 @@ def add_parser(commands):
     add("--clip-values", type=number_list(float), default=[0.0, 1.0], help="input range lo,hi (default: 0,1)")
     add("--model-fn", help="module:function building the model whose weights MODEL holds")
     add(
+        "--torch-module",
+        help="module:function building the torch.nn.Module whose state_dict MODEL (.pt/.pth) holds "
+        "(KERAS_BACKEND=torch)",
+    )
+    add(
         "--n-classes",
         type=int,
-        help="--model-fn: the classes the function builds for (default: the largest label in DATA + 1)",
+        help="--model-fn, --torch-module: the classes the function builds for (default: the largest "
+        "label in DATA + 1)",
     )
     add(
         "--shard",
@@ -106,14 +120,17 @@ def _prepare(args, inputs):
     from gradkit import attacks, evaluation
 
     _messages.check_evaluate(args)  # the numbers, in the flags' terms
-    if args.n_classes is not None and not args.model_fn:
-        raise ValueError("`--n-classes` is for --model-fn only (a saved model knows its classes)")
+    if args.n_classes is not None and not (args.model_fn or args.torch_module):
+        raise ValueError(
+            "`--n-classes` is for --model-fn only (and --torch-module): a saved model knows its classes"
+        )
     _messages.check_attacks(args.attacks, attacks.NAMES)
     x, y, _ = inputs.load_data(args.data)
     n_classes = args.n_classes or inputs.classes_in(y)  # all of DATA's labels, not the first N points'
     x, y = x[: args.n_points], y[: args.n_points]
     _messages.check_data_range(x, args.clip_values)
-    model = inputs.load_model(args.model, args.model_fn, input_shape=x.shape[1:], n_classes=n_classes)
+    shapes = {"input_shape": x.shape[1:], "n_classes": n_classes, "torch_module": args.torch_module}
+    model = inputs.load_model(args.model, args.model_fn, **shapes)
     options = {
         "epsilons": sorted(set(args.eps)),
         "norm": args.norm,
@@ -177,6 +194,8 @@ def run(args):
     launcher = _messages.launcher_error()  # before Keras is imported: one line, not a dump per process
     if launcher:
         return _fail(launcher) if os.environ.get("RANK", "0") == "0" else 2
+    if problem := _torch_module.problem(args):  # before any import of Keras or torch
+        return _fail(problem)
     try:
         _join(args)  # before the model is loaded: under --mesh its variables live on the mesh
         from gradkit import evaluation
@@ -194,6 +213,8 @@ def run(args):
     if rank:
         return 0
     info = {"versions": _inputs.versions(), "sources": {"model": args.model, "data": args.data}}
+    if args.torch_module:
+        info["sources"]["torch_module"] = args.torch_module
     if args.shard is not None:
         info["shard"] = f"{args.shard[0]}/{args.shard[1]}"
     report = evaluation.write_report(shard, args.out, info=info)

@@ -2,7 +2,9 @@
 
 MODEL: a `.keras` file (`keras.saving.load_model`), a folder a boosting estimator saved (the study's
 `adaboost_m1/`, `adv_boost/`; `gradkit.boosting.load`), or with `--model-fn module:function` a weights
-file loaded into the model the function builds. DATA: a `.npz` holding `x_test` and `y_test` (or `x`
+file loaded into the model the function builds, or with `--torch-module module:function` a state_dict
+`.pt`/`.pth` (or "-": the module's own weights) loaded into the `torch.nn.Module` the function builds,
+wrapped by `gradkit.from_torch`. DATA: a `.npz` holding `x_test` and `y_test` (or `x`
 and `y`), or one of the study's data set names (its test split, as `gradkit study` made it with seed 0).
 """
 
@@ -45,21 +47,67 @@ def import_function(spec, option):
     return fn
 
 
+def _call(fn, input_shape, n_classes):
+    """`fn()` when it takes no argument, else `fn(input_shape, n_classes)`."""
+    takes = [p for p in inspect.signature(fn).parameters.values() if p.default is p.empty]
+    return fn() if not takes else fn(tuple(input_shape), int(n_classes))
+
+
 def build_from(fn, spec, input_shape, n_classes):
     """`fn()` when it takes no argument, else `fn(input_shape, n_classes)`; checked to be a Keras model."""
     import keras
 
-    takes = [p for p in inspect.signature(fn).parameters.values() if p.default is p.empty]
-    model = fn() if not takes else fn(tuple(input_shape), int(n_classes))
+    try:
+        model = _call(fn, input_shape, n_classes)
+    except NotImplementedError as err:  # Keras' own error: a TorchModuleWrapper without output_shape=
+        if "TorchModuleWrapper" not in str(err):
+            raise
+        raise InputError(
+            f"`--model-fn` {spec!r} wraps a torch module in TorchModuleWrapper without output_shape=: "
+            f"return the torch.nn.Module itself and pass --torch-module {spec} instead (gradkit reads its "
+            "output shape from one forward pass), or give TorchModuleWrapper(..., output_shape=...)"
+        ) from err
     if not isinstance(model, keras.Model):
         raise InputError(f"{spec!r} must return a keras.Model. Received: {type(model).__name__}")
     return model
 
 
-def load_model(path, model_fn=None, *, input_shape=None, n_classes=None):
+_TORCH_NAMES = {"state_dict": "MODEL", "input_shape": "DATA's input shape", "module": "--torch-module"}
+
+
+def torch_model(path, spec, input_shape, n_classes):
+    """The `torch.nn.Module` `spec` builds, its state_dict from `path` ("-": its own), as a Keras model;
+    the helper's errors name the command's MODEL, DATA and --torch-module instead of its parameters."""
+    from gradkit.gradients import from_torch
+
+    if path != "-" and not os.path.isfile(path):
+        raise InputError(
+            f"`MODEL` must be a state_dict file (or - for the module's own weights). Received: {path!r}"
+        )
+    module = _call(import_function(spec, "--torch-module"), input_shape, n_classes)
+    try:
+        return from_torch(module, tuple(input_shape), state_dict=None if path == "-" else path)
+    except (ValueError, TypeError) as err:
+        message = str(err)
+        for name, flag in _TORCH_NAMES.items():
+            message = message.replace(f"`{name}`", f"`{flag}`").replace(
+                f"Received: {name}=", f"Received: {flag}="
+            )
+        hint = " (DATA must be laid out as the module reads it)" if "`DATA's" in message else ""
+        if message.startswith("`MODEL` must hold"):
+            hint = (
+                f" (the module was built for input shape {tuple(input_shape)} and {n_classes} classes: "
+                "--n-classes sets the classes when DATA lacks the top class)"
+            )
+        raise InputError(f"{message}{hint} [--torch-module {spec}]") from err
+
+
+def load_model(path, model_fn=None, *, input_shape=None, n_classes=None, torch_module=None):
     """The model at `path` (see the module docstring); InputError when it cannot be loaded."""
     import keras
 
+    if torch_module:
+        return torch_model(path, torch_module, input_shape, n_classes)
     if not os.path.exists(path):
         raise InputError(f"`MODEL` does not exist. Received: {path!r}")
     if model_fn:

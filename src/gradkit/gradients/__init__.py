@@ -1,6 +1,7 @@
 """The gradient engine: loss gradients w.r.t. inputs and weights, compiled once, for models and ensembles.
 
-Public: `InputGradient`, `input_gradient`, `WeightGradient`, `weight_gradients`, `WeightedEnsemble`.
+Public: `InputGradient`, `input_gradient`, `WeightGradient`, `weight_gradients`, `WeightedEnsemble`,
+`from_torch` (a `torch.nn.Module` as a Keras model).
 The other names serve the layers above (attacks, monitor, boosting, study): labels, losses, batching and
 model-input checks, each defined in one private module of this package.
 """
@@ -36,6 +37,7 @@ from gradkit.gradients._outputs import output_index
 from gradkit.gradients._outputs import output_shape
 from gradkit.gradients._outputs import select_output
 from gradkit.gradients._model_io import training_kwargs
+from gradkit.gradients._torch_module import from_torch
 from gradkit.gradients._weight_gradient import WeightGradient
 from gradkit.gradients._weight_gradient import weight_gradients
 
@@ -55,6 +57,7 @@ __all__ = [
     "check_model",
     "classes_from_outputs",
     "compiled_spec",
+    "from_torch",
     "check_x",
     "input_gradient",
     "input_names",

@@ -25,8 +25,9 @@ def outputs_are_logits(model, index=0):
     """True when output `index` of `model` holds logits, False when it holds probabilities.
 
     A compiled loss with `from_logits=True` means logits; else the output operation decides: a final
-    softmax or sigmoid means probabilities, any other Keras layer (a linear `Dense`) logits. For code
-    gradkit cannot read (a subclassed model, a `Lambda`, a custom layer), a compiled classification loss
+    softmax or sigmoid means probabilities (a wrapped torch module: rows of probabilities on a probe,
+    `activation_name`), any other Keras layer (a linear `Dense`) logits. For code gradkit cannot read (a
+    subclassed model, a `Lambda`, a custom layer, a wrapped torch module), a compiled classification loss
     without `from_logits` means probabilities, anything else logits. The attacks read outputs the same way
     (`gradkit.gradients.AttackGradient`), so they judge success by the same rule.
     """

@@ -9,6 +9,7 @@ is rebuilt without its final softmax (sigmoid) (`logits_model`). Where that oper
 import warnings
 
 import keras
+import numpy as np
 
 from gradkit import _keras_internals
 
@@ -20,6 +21,39 @@ _FUNCTIONS = (
 )
 _OPS = {"Softmax": "softmax", "Sigmoid": "sigmoid"}  # keras.ops nodes of a Functional graph
 _WARNED = "_gradkit_warned_probabilities"
+_PROBED = "_gradkit_probed_activation"
+_WRAPPER = getattr(keras.layers, "TorchModuleWrapper", None)
+
+
+def _is_wrapped_module(layer):
+    return _WRAPPER is not None and isinstance(layer, _WRAPPER)
+
+
+def _probed_activation(layer):
+    """The name "softmax" when a wrapped torch module's outputs are probabilities, else None (cached).
+
+    Its `forward` is code gradkit cannot read, so the module is run (inference mode) on zeros and three
+    uniform draws in [0, 1) of its input's shape: rows of C >= 2 non-negative scores summing to 1 come
+    from a softmax (logits do so by chance only on a set of measure zero).
+    """
+    cache = vars(layer)
+    if _PROBED not in cache:
+        cache[_PROBED] = None
+        try:
+            shape = tuple(layer.input.shape[1:])
+        except (AttributeError, ValueError, TypeError):  # not called in a graph: no input shape known
+            return None
+        if all(isinstance(d, int) for d in shape):
+            probe = np.random.RandomState(0).rand(4, *shape).astype("float32")
+            probe[0] = 0.0
+            try:
+                out = keras.ops.convert_to_numpy(layer(keras.ops.convert_to_tensor(probe), training=False))
+            except Exception:  # noqa: BLE001 - a module that takes no float inputs: nothing to read
+                return None
+            if out.ndim == 2 and out.shape[1] >= 2 and np.all(np.isfinite(out)) and out.min() >= 0:
+                if np.allclose(out.sum(axis=1), 1.0, rtol=0, atol=1e-4):
+                    cache[_PROBED] = "softmax"
+    return cache[_PROBED]
 
 
 def _function_name(fn):
@@ -38,8 +72,11 @@ def activation_name(layer):
     """The name of the activation an output operation applies last ("softmax", "sigmoid", ...), or None.
 
     Reads `keras.layers.Softmax`, a `Lambda` wrapping a known function, a `keras.ops` node of a
-    Functional graph, and the `activation` of any layer that has one (`Dense`, `Conv2D`, `Activation`).
+    Functional graph, the `activation` of any layer that has one (`Dense`, `Conv2D`, `Activation`), and
+    for a wrapped torch module whether its outputs are probabilities (`_probed_activation`).
     """
+    if _is_wrapped_module(layer):
+        return _probed_activation(layer)
     if isinstance(layer, keras.layers.Softmax):
         return "softmax"
     if isinstance(layer, keras.layers.Lambda):
@@ -81,15 +118,15 @@ def logits_model(model, index=0):
     (`Dense(3, activation="softmax")`), `Activation("softmax")`, `Activation(keras.activations.softmax)`,
     `keras.layers.Softmax()`, a `Lambda` wrapping `keras.activations.softmax` or `keras.ops.softmax`,
     `keras.ops.softmax` applied to a Functional model's tensor, each also inside a nested Sequential or
-    Functional model; not in a `Lambda` of other code, a custom layer or a subclassed model. Every other
-    layer is shared with `model` (so the variables keep their order), and
-    `rebuilt.stateless_call(values of model)` gives the logits of `model`. Returns `(rebuilt, True)`, or
-    `(model, False)` when the output is not a softmax/sigmoid or the model cannot be rebuilt
-    (subclassed models, layers Keras cannot re-run).
+    Functional model; not in a `Lambda` of other code, a custom layer, a subclassed model or a wrapped
+    torch module's `forward`. Every other layer is shared with `model` (so the variables keep their
+    order), and `rebuilt.stateless_call(values of model)` gives the logits of `model`. Returns
+    `(rebuilt, True)`, or `(model, False)` when the output is not a softmax/sigmoid or the model cannot
+    be rebuilt (subclassed models, layers Keras cannot re-run).
     """
     target = output_layer(model, index)
-    if target is None or activation_name(target) not in ("softmax", "sigmoid"):
-        return model, False
+    if target is None or _is_wrapped_module(target) or activation_name(target) not in ("softmax", "sigmoid"):
+        return model, False  # a wrapped torch module's softmax is inside its forward: not removable
 
     def clone_layer(layer):
         if layer is not target:
@@ -136,8 +173,9 @@ def classifier_forward(model, index, activation):
 
 
 def is_opaque(layer):
-    """True where gradkit cannot read what the output operation computes (subclassed, Lambda, custom)."""
-    if layer is None or isinstance(layer, keras.layers.Lambda):
+    """True where gradkit cannot read what the output operation computes (subclassed, Lambda, custom, a
+    wrapped torch module)."""
+    if layer is None or isinstance(layer, keras.layers.Lambda) or _is_wrapped_module(layer):
         return True
     return not type(layer).__module__.startswith("keras.")
 
@@ -150,12 +188,16 @@ def warn_probabilities(model, index, layer, activation):
     warned.add(index)
     name = getattr(layer, "name", "")
     where = "a subclassed model" if layer is None else f"{type(layer).__name__} {name!r}"
+    fix = (
+        "Return logits from the module's forward (without its final softmax)."
+        if _is_wrapped_module(layer)
+        else f"Write the {activation} as Dense(..., activation={activation!r}), Activation({activation!r}) "
+        "or keras.layers.Softmax(), or output logits and compile the loss with from_logits=True."
+    )
     warnings.warn(
         f"gradkit cannot recover the logits of model {model.name!r} (output {index} comes from {where}, "
         f"where it finds no {activation} it can remove): input gradients are taken through the "
         "probabilities and may vanish (exactly zero) where they saturate in float32, which makes a "
-        f"model look robust. Write the {activation} as Dense(..., activation={activation!r}), "
-        f"Activation({activation!r}) or keras.layers.Softmax(), or output logits and compile the loss "
-        "with from_logits=True.",
+        f"model look robust. {fix}",
         stacklevel=3,
     )

@@ -2,7 +2,8 @@
 `gradkit.backend.torch.modules`).
 
 Under Keras' stateless call a wrapped module reads its own parameters (keras#20279); gradkit's gradients
-must still equal torch autograd on the module and the update `fit` applies.
+must still equal torch autograd on the module and the update `fit` applies, and the noise scale of a step
+the estimate from the halves' gradients.
 """
 
 import keras
@@ -101,3 +102,62 @@ def test_a_parameter_replaced_after_wrapping_is_a_clear_error():
         ValueError, match=r"layer 'wrapped'.*'0\.weight'.*not one of the model's Keras variables"
     ):
         gradkit.weight_gradients(model, X, Y)
+
+
+def _one_step_noise_scale(grads, g1, g2, b1, b):
+    """The ratio tr(Sigma) / |G|^2 of the estimates of one batch from its halves' gradients (McCandlish
+    et al. 2018, Appendix A.1; the mean over the pairs (b1, b) and (b - b1, b))."""
+
+    def sq(arrays):
+        return sum(float(np.sum(np.square(a, dtype=np.float64))) for a in arrays)
+
+    full, grad_sq, trace = sq(grads), 0.0, 0.0
+    for b_small, small in ((b1, sq(g1)), (b - b1, sq(g2))):
+        grad_sq += 0.5 * (b * full - b_small * small) / (b - b_small)
+        trace += 0.5 * (small - full) / (1 / b_small - 1 / b)
+    return trace / grad_sq
+
+
+@pytest.mark.parametrize("split", [True, False])  # the halves from the step's own backward pass, or one more
+def test_noise_scale_of_a_wrapped_module_is_the_estimate_from_its_halves(split, monkeypatch):
+    from gradkit.backend.torch import noise_scale
+
+    if not split:
+        monkeypatch.setattr(noise_scale, "splittable", lambda *args: False)
+    model, _ = wrapped_model()
+    x, y = np.concatenate([X, X[::-1] * 0.5]), np.concatenate([Y, Y[::-1]])
+    grads = gradkit.weight_gradients(model, x, y)
+    g1, g2 = gradkit.weight_gradients(model, x[:6], y[:6]), gradkit.weight_gradients(model, x[6:], y[6:])
+    gradkit.track_gradient_norm(model, per_layer=True, include="all")
+    logs = model.train_on_batch(x, y, return_dict=True)  # one step: the bias-corrected average is it
+    expected = _one_step_noise_scale(grads, g1, g2, 6, 12)
+    assert np.isfinite(expected) and logs["noise_scale"] == pytest.approx(expected, rel=1e-3)
+    wrapped = [k for k in logs if k.startswith("noise_scale/")]
+    assert wrapped and all(np.isfinite(logs[k]) for k in wrapped)
+
+
+def test_gradient_norm_callback_all_logs_finite_values_on_a_wrapped_module():
+    import torch
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    model = gradkit.from_torch(module, (4,))  # the whole model is the module (every layer's G_1 was 0)
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), optimizer="sgd")
+    x = np.random.RandomState(1).rand(64, 4).astype("float32")
+    y = np.arange(64) % 3
+    callback = gradkit.GradientNormCallback(include="all")
+    history = model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[callback])
+    assert np.all(np.isfinite(history.history["noise_scale"]))
+    assert all(np.all(np.isfinite(v)) for v in history.history.values()), history.history
+
+
+def test_noise_scale_leaves_a_wrapped_modules_buffers_as_the_plain_step_does():
+    import torch
+
+    plain, tracked = wrapped_model(batchnorm=True), wrapped_model(batchnorm=True)
+    tracked[0].set_weights(plain[0].get_weights())  # the head's too
+    gradkit.track_gradient_norm(tracked[0], include=("norm", "noise_scale"))  # one more pass over a half
+    for model, _ in (plain, tracked):
+        model.train_on_batch(X, Y)
+    for key, value in plain[1].state_dict().items():
+        torch.testing.assert_close(tracked[1].state_dict()[key], value, rtol=1e-5, atol=1e-6, msg=key)

@@ -19,6 +19,7 @@ from gradkit.backend.jax.core import compile_grad
 from gradkit.backend.jax.core import compile_forward
 from gradkit.backend.jax.core import compile_step
 from gradkit.backend.jax.core import stateless_call
+from gradkit.backend.jax.core import wrap_module
 from gradkit.backend.jax.core import set_random_seed
 from gradkit.backend.jax.core import enable_determinism
 from gradkit.backend.jax.core import quiet_retracing
@@ -67,6 +68,7 @@ __all__ = [
     "compile_forward",
     "compile_step",
     "stateless_call",
+    "wrap_module",
     "set_random_seed",
     "enable_determinism",
     "quiet_retracing",

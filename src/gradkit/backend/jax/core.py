@@ -21,6 +21,7 @@ COUNTER_READABLE_BETWEEN_CALLS = False
 to_tensor = keras.ops.convert_to_tensor
 stateless_call = common.stateless_call
 quiet_retracing = common.quiet_retracing
+wrap_module = None  # torch.nn.Modules run on the PyTorch backend only
 set_random_seed = common.set_random_seed
 
 

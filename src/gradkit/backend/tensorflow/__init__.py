@@ -18,6 +18,7 @@ from gradkit.backend.tensorflow.core import compile_grad
 from gradkit.backend.tensorflow.core import compile_forward
 from gradkit.backend.tensorflow.core import compile_step
 from gradkit.backend.tensorflow.core import stateless_call
+from gradkit.backend.tensorflow.core import wrap_module
 from gradkit.backend.tensorflow.core import set_random_seed
 from gradkit.backend.tensorflow.core import enable_determinism
 from gradkit.backend.tensorflow.core import quiet_retracing
@@ -66,6 +67,7 @@ __all__ = [
     "compile_forward",
     "compile_step",
     "stateless_call",
+    "wrap_module",
     "set_random_seed",
     "enable_determinism",
     "quiet_retracing",

@@ -21,6 +21,7 @@ to_tensor = keras.ops.convert_to_tensor
 to_numpy = keras.ops.convert_to_numpy
 stateless_call = common.stateless_call
 quiet_retracing = retracing.quiet_retracing
+wrap_module = None  # torch.nn.Modules run on the PyTorch backend only
 
 
 def variable_values(variables, differentiable=False):

@@ -21,6 +21,7 @@ from gradkit.backend.torch.core import compile_grad
 from gradkit.backend.torch.core import compile_forward
 from gradkit.backend.torch.core import compile_step
 from gradkit.backend.torch.core import stateless_call
+from gradkit.backend.torch.core import wrap_module
 from gradkit.backend.torch.core import set_random_seed
 from gradkit.backend.torch.core import enable_determinism
 from gradkit.backend.torch.core import quiet_retracing
@@ -69,6 +70,7 @@ __all__ = [
     "compile_forward",
     "compile_step",
     "stateless_call",
+    "wrap_module",
     "set_random_seed",
     "enable_determinism",
     "quiet_retracing",

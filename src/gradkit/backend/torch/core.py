@@ -27,6 +27,7 @@ COUNTER_READABLE_BETWEEN_CALLS = True
 
 compile_forward = trace.compile_forward
 stateless_call = modules.stateless_call
+wrap_module = modules.wrap_module
 quiet_retracing = common.quiet_retracing
 
 # Autograd nodes whose derivative is zero: a loss that reaches its inputs only through them does not

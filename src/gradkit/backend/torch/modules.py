@@ -1,4 +1,5 @@
-"""`torch.nn.Module`s wrapped in `keras.layers.TorchModuleWrapper`, run on the values gradkit passes.
+"""`torch.nn.Module`s wrapped in `keras.layers.TorchModuleWrapper`: made into Keras models (`wrap_module`),
+and run on the values gradkit passes.
 
 Keras' `stateless_call` hands every Keras layer the variable values it is given, but a wrapped module's
 `forward` reads its own `torch.nn.Parameter`s (keras#20279): gradients w.r.t. the values passed for them
@@ -13,8 +14,11 @@ replays read their arguments too.
 """
 
 import contextlib
+import os
+from collections.abc import Mapping
 
 import keras
+import torch
 
 from gradkit import _keras_internals
 
@@ -92,3 +96,78 @@ def stateless_call(model, trainable, non_trainable, *args, **kwargs):
         return model.stateless_call(trainable, non_trainable, *args, **kwargs)
     with bound(model, trainable, non_trainable):
         return model.stateless_call(trainable, non_trainable, *args, **kwargs)
+
+
+_NESTED = ("state_dict", "model_state_dict", "model")  # where training checkpoints keep the weights
+
+
+def _state_dict_from(state_dict):
+    """The mapping of tensors `state_dict` gives: itself, or a `.pt`/`.pth` file read by
+    `torch.load(weights_only=True)`, or the weights under "state_dict" (...) of a training checkpoint."""
+    if isinstance(state_dict, (str, os.PathLike)):
+        try:
+            state_dict = torch.load(state_dict, map_location="cpu", weights_only=True)
+        except Exception as err:  # noqa: BLE001 - unpickling, zip and file errors all mean "unreadable"
+            raise ValueError(
+                f"`state_dict` must be a state_dict file torch.load(weights_only=True) reads (save "
+                f"module.state_dict(), not the module). Received: state_dict={str(state_dict)!r} "
+                f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+            ) from err
+    if not isinstance(state_dict, Mapping):
+        raise TypeError(f"`state_dict` must be a mapping or a file. Received: {type(state_dict).__name__}")
+    if not all(isinstance(v, torch.Tensor) for v in state_dict.values()):
+        nested = [k for k in _NESTED if isinstance(state_dict.get(k), Mapping)]
+        if not nested:
+            raise ValueError(
+                "`state_dict` must map parameter names to tensors (module.state_dict()). Received: keys "
+                f"{sorted(map(str, state_dict))[:8]}"
+            )
+        return _state_dict_from(state_dict[nested[0]])
+    return state_dict
+
+
+def _load(module, state_dict):
+    state_dict = dict(_state_dict_from(state_dict))
+    own = set(module.state_dict())
+    if state_dict and all(k.startswith("module.") for k in state_dict) and not own & set(state_dict):
+        state_dict = {k[len("module.") :]: v for k, v in state_dict.items()}  # saved from DataParallel
+    try:
+        module.load_state_dict(state_dict)
+    except RuntimeError as err:
+        raise ValueError(
+            f"`state_dict` must hold the weights of this module: {' '.join(str(err).split())}"
+        ) from err
+
+
+def wrap_module(module, input_shape, state_dict=None, name=None):
+    """`module` (its weights from `state_dict` first) as a `keras.Model` of one `TorchModuleWrapper`,
+    whose output shape is read from one forward pass on zeros `(2, *input_shape)` (eval mode, no grad).
+
+    Raises:
+        TypeError: `module` is not a `torch.nn.Module`; `state_dict` neither a mapping nor a file.
+        ValueError: a `state_dict` that does not fit; a forward pass that fails or returns no tensor.
+    """
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"`module` must be a torch.nn.Module. Received: {type(module).__name__}")
+    if state_dict is not None:
+        _load(module, state_dict)
+    module = module.to(_keras_internals.torch_device())
+    was_training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            out = module(torch.zeros((2, *input_shape), device=_keras_internals.torch_device()))
+    except Exception as err:  # noqa: BLE001 - whatever the forward raises, the input shape is the suspect
+        raised = f"{type(err).__name__}: {' '.join(str(err).split())}"
+        raise ValueError(
+            f"`input_shape` must be the shape of one input of the module (no batch axis; torch layers "
+            f"read images channels first, (C, H, W)). Received: input_shape={tuple(input_shape)} (its "
+            f"forward on zeros of shape {(2, *input_shape)} raised {raised})"
+        ) from err
+    finally:
+        module.train(was_training)
+    if not isinstance(out, torch.Tensor):
+        raise ValueError(f"`module` must return one tensor. Received: {type(out).__name__} from its forward")
+    inputs = keras.Input(tuple(input_shape), name="input")
+    layer = keras.layers.TorchModuleWrapper(module, output_shape=(None, *out.shape[1:]), name="torch_module")
+    return keras.Model(inputs, layer(inputs), name=name or type(module).__name__)

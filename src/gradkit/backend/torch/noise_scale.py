@@ -2,18 +2,20 @@
 
 Keras' PyTorch `train_step` calls the model on the batch, takes the loss and `loss.backward()`, then
 hands the variables' `.grad` to the optimizer. `SplitForward` makes that one call run the first
-`b1 = b // 2` rows with `w_a`, leaf tensors that share the weights' storage (no copy), and the other rows
-with the weights themselves, then concatenates the predictions: the loss, the loss tracker and the
-metrics see the whole batch as before, and the one backward pass leaves `g_a = (b1 / b) G_1` in the
-leaves' `.grad` and `g_b = (b2 / b) G_2` in the weights' (G_i the gradient of half i's mean loss).
+`b1 = b // 2` rows with `w_a`, leaf tensors that share the weights' storage (no copy), and the other rows with
+the weights themselves (a wrapped torch module's parameter slots hold the leaves for the first call,
+`modules.bound`: it reads no Keras scope), then concatenates the predictions: the loss, the loss tracker
+and the metrics see the whole batch as before, and the one backward pass leaves `g_a = (b1 / b) G_1` in
+the leaves' `.grad` and `g_b = (b2 / b) G_2` in the weights' (G_i the gradient of half i's mean loss).
 `finish` adds g_a into the weights' gradients in place, so the optimizer applies `G = g_a + g_b`, the
-batch's gradient (the same numbers up to float rounding), and returns `G_1`: no extra forward or backward
-pass for the noise scale (as JAX's `noise_scale.py`).
+batch's gradient (the same numbers up to float rounding), and returns `G_1`: no extra forward or
+backward pass for the noise scale (as JAX's `noise_scale.py`).
 
 Exact only where the loss is a mean over rows and no layer mixes rows, draws randomness or adds a loss
 (a weight regularizer's gradient would land in g_b alone): `splittable` checks that (no non-trainable
-variables, no regularizers, Keras' own `train_step` and `compute_loss`, "sum_over_batch_size" losses).
-Elsewhere the first half's gradient comes from an extra pass (`halves`, `common/halves.py`).
+variables, no wrapped module's buffers, no regularizers, Keras' own `train_step` and `compute_loss`,
+"sum_over_batch_size" losses). Elsewhere the first half's gradient comes from an extra pass (`halves`,
+`common/halves.py`).
 """
 
 import keras
@@ -21,6 +23,7 @@ import torch
 from keras.src.backend.torch.trainer import TorchTrainer
 
 from gradkit.backend.common.halves import first_half, half_loss, mean_reduced
+from gradkit.backend.torch import modules
 
 
 def splittable(model, step_cls, data):
@@ -28,6 +31,8 @@ def splittable(model, step_cls, data):
     x = keras.utils.unpack_x_y_sample_weight(data)[0]
     flat = keras.tree.flatten(x)
     if len(flat) != 1 or flat[0].shape[0] < 2 or model.non_trainable_variables:
+        return False
+    if modules.bindings(model)[1]:  # a wrapped module's buffers (BatchNorm's statistics): Keras sees none
         return False
     if step_cls.train_step is not TorchTrainer.train_step:
         return False
@@ -55,7 +60,7 @@ class SplitForward:
 
         def split_call(inputs, *args, **kwargs):
             b1 = inputs.shape[0] // 2
-            with keras.StatelessScope(state_mapping=mapping):
+            with modules.bound(self.model, self.leaves, []), keras.StatelessScope(state_mapping=mapping):
                 first = call(inputs[:b1], *args, **kwargs)
             other = call(inputs[b1:], *args, **kwargs)
             return keras.tree.map_structure(lambda a, b: torch.cat([a, b], dim=0), first, other)
@@ -87,7 +92,8 @@ def half_gradients(model, data, variables, scale):
         return [torch.zeros_like(t) for t in trainable], 0, int(b)
     non_trainable = [v.value.detach() for v in model.non_trainable_variables]
     metrics = [v.value.detach() for v in model.metrics_variables]
-    with torch.enable_grad():
+    own = [v.value for v in model.trainable_variables]  # a wrapped module's buffers: copies, dropped
+    with torch.enable_grad(), modules.bound(model, own, non_trainable):
         loss = half_loss(model, trainable, non_trainable, metrics, half, scale)
         grads = torch.autograd.grad(loss, trainable, allow_unused=True)
     return [torch.zeros_like(t) if g is None else g for t, g in zip(trainable, grads)], int(b1), int(b)
