@@ -156,17 +156,27 @@ def evaluate(
 def cascade(
     model, x, labels, config, state, *, state_path=None, fp=None, first_block=0, start=None, tasks=None
 ):
-    """Runs every unfinished attack of `config` on `state` (in place), saving it after each attack when
-    `state_path` is set; `first_block` numbers the first block of `x` (see `run_entry`); `start`: the
-    `time.perf_counter()` its time counts from (default: now); `tasks`: as for `run_entry`."""
+    """Runs every unfinished attack of `config` on `state` (in place), saving it after each block and
+    each attack when `state_path` is set (`_state.save_block`, `_state.save`), from the next block of a
+    half-done attack; `first_block` numbers the first block of `x` (see `run_entry`); `start`: the
+    `time.perf_counter()` its time counts from (default: now); `tasks`: as for `run_entry` (then nothing
+    is saved once another process has taken one of this one's blocks, until `Tasks.finish`)."""
     start, seconds = start or time.perf_counter(), state.seconds
+
+    def save(rows=None):
+        state.seconds = seconds + time.perf_counter() - start
+        if not state_path or (tasks is not None and tasks.stolen):
+            return
+        if rows is None:
+            _state.save(state_path, fp, state)
+        else:
+            _state.save_block(state_path, fp, state, rows)
+
     for entry in config.entries:
         if entry.name in state.finished:
             continue
-        run_entry(model, x, labels, entry, config, state, first_block, tasks)
-        state.seconds = seconds + time.perf_counter() - start
-        if state_path:
-            _state.save(state_path, fp, state)
+        run_entry(model, x, labels, entry, config, state, first_block, tasks, save=save)
+        save()
     state.seconds = seconds + time.perf_counter() - start
     return state
 
