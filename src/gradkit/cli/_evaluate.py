@@ -147,7 +147,8 @@ def _where(args):
 def _mismatch(error, args):
     """The message for a state this run cannot resume from, in flags, with how to start afresh."""
     if error.changed:
-        changed = list(dict.fromkeys(_CHANGED.get(k, k) for k in error.changed))
+        follow = {"rows", "x", "y"} if "n_total" in error.changed else set()  # the first N points' digests
+        changed = list(dict.fromkeys(_CHANGED.get(k, k) for k in error.changed if k not in follow))
         what = f"the state of another evaluation (changed: {', '.join(changed)})"
     else:
         what = error.why.replace("an unreadable file", "an unreadable state file")

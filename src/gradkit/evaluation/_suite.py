@@ -90,10 +90,13 @@ def evaluate(
         n_queries: int >= 1, Square's query budget. Defaults to 5000.
         steps: int >= 1, iterations of APGD, FAB-T, PGD and BIM. Defaults to 100. ("fab-t" is
             AutoAttack's FAB-T: the top 9 target classes, 1 restart, on the points still robust.)
-        state_path: None (default) or a JSON file path: after each finished attack the state is saved
-            there atomically (arrays in `<stem>.<k>.npz` next to it); a rerun with the same arguments
-            and the same model (its weights' SHA-256 is part of the state) continues after the last
-            finished attack.
+        state_path: None (default) or a JSON file path: after each block of `batch_size` rows of each
+            attack the state is saved there atomically (arrays in `<stem>.<k>.npz` and, per block of
+            the running attack, `<stem>.<k>.<j>.npz` next to it); a rerun with the same arguments and
+            the same model (its weights' SHA-256 is part of the state) continues at the next
+            unfinished block, with the result of an uninterrupted run (each block has its own seed).
+            A file of another evaluation raises `gradkit.errors.StateMismatchError` naming what
+            changed. (`gradkit evaluate` keeps its state in `--out` by default.)
         verbose: 0 silent; >= 1 (default) a tqdm progress bar per attack.
 
     Returns:
@@ -105,8 +108,9 @@ def evaluate(
             a `surrogate` whose output shape differs from the model's, an unknown attack name or
             objective, eps < 0, n_queries < 1, steps < 1, labels out
             of range, `x` outside `clip_values`, an attack the model has too few classes for, or a
-            `state_path` that holds another evaluation (other arguments, another model or weights).
-            All are raised before any attack runs and before anything is written.
+            `state_path` that holds another evaluation (other arguments, another model or weights:
+            `gradkit.errors.StateMismatchError`). All are raised before any attack runs and before
+            anything is written.
         TypeError: arguments of the wrong type.
 
     References:
