@@ -269,7 +269,9 @@ class _Counted:
         return self.real(name, *args, **kwargs)
 
 
-def test_interrupted_run_resumes_at_the_next_block_with_the_same_samples(capsys, files, tmp_path, monkeypatch):
+def test_interrupted_run_resumes_at_its_next_block_with_the_same_samples(
+    capsys, files, tmp_path, monkeypatch
+):
     """Ctrl-C on the second block of eps 0.15's second attack: the rerun of the same command redoes no
     finished block, says what it reused, and writes the samples.csv of an uninterrupted run."""
     args = [files["model"], files["data"], "--eps", "0.1,0.15", "--attacks", "apgd-ce,apgd-t", *ATTACK]
@@ -283,7 +285,8 @@ def test_interrupted_run_resumes_at_the_next_block_with_the_same_samples(capsys,
     monkeypatch.setattr(gradkit.attacks, "run_attack", first)
     code, seen = _run(capsys, *args, "--out", str(out))
     assert code == 130 and first.calls[-1] == late[1]
-    assert seen.err.strip().endswith(f"interrupted; state kept in {out / 'state'}: rerun the same command to resume.")
+    kept = f"interrupted; state kept in {out / 'state'}: rerun the same command to resume."
+    assert seen.err.strip().endswith(kept)
     assert not (out / "samples.csv").exists()
     rest = _Counted()
     monkeypatch.setattr(gradkit.attacks, "run_attack", rest)
