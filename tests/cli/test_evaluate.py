@@ -281,6 +281,10 @@ def test_interrupted_run_resumes_at_its_next_block_with_the_same_samples(
     late = [c for c in whole.calls if c[:2] == (0.15, "apgd-t")]
     assert len(whole.calls) == len(set(whole.calls)) and len(late) >= 2  # blocks of 16 rows: seeds 3, 4, 5
     out = tmp_path / "out"
+    monkeypatch.setattr(gradkit.attacks, "run_attack", _Counted(stop_at=whole.calls[0]))
+    code, seen = _run(capsys, *args, "--out", str(out))
+    assert code == 130 and "interrupted before any attack finished a block: nothing to resume." in seen.err
+    assert not out.exists()
     first = _Counted(stop_at=late[1])
     monkeypatch.setattr(gradkit.attacks, "run_attack", first)
     code, seen = _run(capsys, *args, "--out", str(out))
