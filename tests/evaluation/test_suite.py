@@ -612,3 +612,16 @@ def test_a_state_of_another_evaluation_names_what_changed(data, fake, tmp_path):
     delta.write_bytes(delta.read_bytes() + b"0")
     with pytest.raises(gradkit.errors.StateMismatchError, match="eval.4.npz that are missing or altered"):
         evaluate(model, x, y, eps=0.1, seed=3, state_path=path, verbose=0)
+
+
+def test_states_of_two_ranks_in_one_folder_keep_their_own_arrays(data, fake, tmp_path):
+    """`evaluate_processes` names each rank's state `<path>.rank<r>`: their npz files must not collide."""
+    model, x, y = data
+    paths = [tmp_path / f"eval.json-0.rank{r}" for r in (0, 1)]
+    for path in paths:
+        evaluate(model, x, y, eps=0.1, batch_size=16, state_path=path, verbose=0)
+    assert sorted(os.listdir(tmp_path)) == sorted(f"{p.name}{end}" for p in paths for end in ("", ".4.npz"))
+    n_calls = len(fake.calls)
+    for path in paths:
+        evaluate(model, x, y, eps=0.1, batch_size=16, state_path=path, verbose=0)
+    assert len(fake.calls) == n_calls

@@ -9,6 +9,7 @@ then the npz files it no longer names are removed, so a crash at any point leave
 exist and match.
 """
 
+import contextlib
 import dataclasses
 import glob
 import hashlib
@@ -210,6 +211,12 @@ def progress(state, names, block, first_block=0):
     return ", ".join(said) or "no attack yet"
 
 
+def _stem(state_path):
+    """The state file's path less ".json": its npz files' prefix (each rank's `<path>.rank<r>` its own)."""
+    path = os.path.abspath(state_path)
+    return path[: -len(".json")] if path.endswith(".json") else path
+
+
 def _numbered(stem):
     """The npz files `<stem>.<k>.npz` and `<stem>.<k>.<j>.npz` beside a state file."""
     pattern = re.compile(re.escape(os.path.basename(stem)) + r"\.\d+(\.\d+)?\.npz")
@@ -252,7 +259,7 @@ def save(state_path, fp, state):
     replaced."""
     folder = os.path.dirname(os.path.abspath(state_path))
     os.makedirs(folder, exist_ok=True)
-    stem, k = os.path.splitext(os.path.abspath(state_path))[0], len(state.finished)
+    stem, k = _stem(state_path), len(state.finished)
     old = _read_meta(state_path)
     named = old.get("arrays") if isinstance(old, dict) else None
     npz = f"{stem}.{k}.npz" if named != os.path.basename(f"{stem}.{k}.npz") else f"{stem}.{k}.0.npz"
@@ -260,7 +267,8 @@ def save(state_path, fp, state):
     _io.write_json(meta, state_path)
     for other in _numbered(stem):
         if other != npz:
-            os.remove(other)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(other)
     _io.fsync_dir(folder)
 
 
@@ -270,8 +278,7 @@ def save_block(state_path, fp, state, rows):
     meta = _read_meta(state_path)
     if not isinstance(meta, dict) or meta.get("fingerprint") != fp:
         return save(state_path, fp, state)
-    stem = os.path.splitext(os.path.abspath(state_path))[0]
-    deltas = meta.get("deltas", [])
+    stem, deltas = _stem(state_path), meta.get("deltas", [])
     delta = _write_npz(f"{stem}.{len(state.finished)}.{len(deltas) + 1}.npz", state, rows)
     _io.write_json({**meta, "deltas": [*deltas, delta], "state": _fields(state)}, state_path)
     _io.fsync_dir(os.path.dirname(os.path.abspath(state_path)))
