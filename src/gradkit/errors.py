@@ -25,3 +25,18 @@ class OutOfMemoryError(MemoryError):
     A `MemoryError` whose message names the rows of the failing call and `batch_size`, the argument
     that bounds them; the backend's own exception is its `__cause__`.
     """
+
+
+class StateMismatchError(ValueError):
+    """A saved evaluation state (`gradkit.evaluate(state_path=...)`, `gradkit evaluate`'s state in
+    `--out`) that this evaluation cannot resume from: it holds another evaluation (other model weights,
+    data or settings), or it is unreadable, or one of its arrays is missing or altered.
+
+    A `ValueError` whose message names the parameter; its own class so that a caller (`gradkit evaluate`)
+    can name its own flags. Attributes: `path` (the state file), `why` (what is wrong, in words) and
+    `changed` (the fingerprint keys that differ: "eps", "seed", "model", ...; [] when unreadable).
+    """
+
+    def __init__(self, message, path, why, changed):
+        super().__init__(message)
+        self.path, self.why, self.changed = path, why, changed

@@ -353,3 +353,85 @@ def test_torchrun_without_the_torch_backend_exits_2_in_one_line_before_keras(bac
             f"Received: KERAS_BACKEND={backend}"
         ]
         assert lines == (expected if said else []), proc.stderr[-2000:]
+
+
+class _Counted:
+    """`gradkit.attacks.run_attack` that records `(eps, attack, seed)` per call (one call per block and
+    attack: its seed is `--seed` + the block), optionally raising KeyboardInterrupt (Ctrl-C) at one call."""
+
+    real = staticmethod(gradkit.attacks.run_attack)
+
+    def __init__(self, stop_at=None):
+        self.calls, self.stop_at = [], stop_at
+
+    def __call__(self, name, *args, **kwargs):
+        self.calls.append((kwargs["eps"], name, kwargs["seed"]))
+        if self.calls[-1] == self.stop_at:
+            raise KeyboardInterrupt
+        return self.real(name, *args, **kwargs)
+
+
+def test_interrupted_run_resumes_at_its_next_block_with_the_same_samples(
+    capsys, files, tmp_path, monkeypatch
+):
+    """Ctrl-C on the second block of eps 0.15's second attack: the rerun of the same command redoes no
+    finished block, says what it reused, and writes the samples.csv of an uninterrupted run."""
+    args = [files["model"], files["data"], "--eps", "0.1,0.15", "--attacks", "apgd-ce,apgd-t", *ATTACK]
+    whole = _Counted()
+    monkeypatch.setattr(gradkit.attacks, "run_attack", whole)
+    assert _run(capsys, *args, "--out", str(tmp_path / "whole"))[0] == 0
+    late = [c for c in whole.calls if c[:2] == (0.15, "apgd-t")]
+    assert len(whole.calls) == len(set(whole.calls)) and len(late) >= 2  # blocks of 16 rows: seeds 3, 4, 5
+    out = tmp_path / "out"
+    monkeypatch.setattr(gradkit.attacks, "run_attack", _Counted(stop_at=whole.calls[0]))
+    code, seen = _run(capsys, *args, "--out", str(out))
+    assert code == 130 and "interrupted before any attack finished a block: nothing to resume." in seen.err
+    assert not out.exists()
+    first = _Counted(stop_at=late[1])
+    monkeypatch.setattr(gradkit.attacks, "run_attack", first)
+    code, seen = _run(capsys, *args, "--out", str(out))
+    assert code == 130 and first.calls[-1] == late[1]
+    kept = f"interrupted; state kept in {out / 'state'}: rerun the same command to resume."
+    assert seen.err.strip().endswith(kept)
+    assert not (out / "samples.csv").exists()
+    rest = _Counted()
+    monkeypatch.setattr(gradkit.attacks, "run_attack", rest)
+    code, seen = _run(capsys, *args, "--out", str(out))
+    assert code == 0, seen.err
+    assert rest.calls == whole.calls[len(first.calls) - 1 :]  # the interrupted block and the ones after it
+    assert (out / "samples.csv").read_text() == (tmp_path / "whole" / "samples.csv").read_text()
+    blocks = {(eps, name): sum(c[:2] == (eps, name) for c in whole.calls) for eps, name, _ in whole.calls}
+    held = (
+        f"resumed from {out / 'state'}: eps 0.1: apgd-ce done ({blocks[0.1, 'apgd-ce']} blocks), apgd-t done "
+        f"({blocks[0.1, 'apgd-t']} blocks); eps 0.15: apgd-ce done ({blocks[0.15, 'apgd-ce']} blocks), "
+        f"apgd-t 1 of {blocks[0.15, 'apgd-t']} blocks; nothing finished was redone."
+    )
+    assert held in seen.err
+    again = _Counted()  # finished: the same command again attacks nothing
+    monkeypatch.setattr(gradkit.attacks, "run_attack", again)
+    assert _run(capsys, *args, "--out", str(out))[0] == 0 and again.calls == []
+
+
+def test_a_changed_command_in_the_same_out_names_what_changed(capsys, files, tmp_path):
+    args = [files["model"], files["data"], "--eps", "0.1", "--attacks", "fgsm", *ATTACK]
+    out = tmp_path / "out"
+    assert _run(capsys, *args, "--out", str(out))[0] == 0
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    for change, named in (
+        (["--seed", "4"], "--seed"),
+        (["--eps", "0.2"], "--eps"),
+        (["--n-points", "40"], "--n-points"),
+        (["--steps", "5", "--clip-values=-1,2"], "--steps, --clip-values"),
+    ):
+        code, seen = _run(capsys, *args, *change, "--out", str(out))
+        assert code == 2, seen.err
+        assert (
+            f"{out / 'state'} holds the state of another evaluation (changed: {named}). To start afresh, use "
+            "another --out, or delete it." in seen.err
+        ), seen.err
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # nothing written
+    state = str(tmp_path / "mine.json")
+    assert _run(capsys, *args, "--state", state, "--out", str(out))[0] == 0  # another state: a fresh start
+    code, seen = _run(capsys, *args, "--seed", "4", "--state", state, "--out", str(out))
+    assert code == 2 and f"{state} holds the state of another evaluation (changed: --seed)" in seen.err
+    assert "use another --state, or delete it and its .npz files" in seen.err

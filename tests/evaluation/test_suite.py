@@ -552,3 +552,76 @@ def test_pgd_in_evaluate_needs_no_compiled_loss():
     assert result.clean_accuracy == 1.0 and result.robust_accuracy < 1.0
     x_adv = gradkit.fgsm(model, x, y, eps=0.1)
     assert np.abs(x_adv - x).max() == pytest.approx(0.1, abs=1e-6)
+
+
+class StopAt(Fake):
+    """`Fake` that raises KeyboardInterrupt (Ctrl-C) at the call `(attack, seed)` `stop_at`."""
+
+    def __init__(self, stop_at=None):
+        super().__init__()
+        self.stop_at, self.seeds = stop_at, []
+
+    def __call__(self, name, *args, seed, **kwargs):
+        self.seeds.append((name, seed))
+        if self.seeds[-1] == self.stop_at:
+            raise KeyboardInterrupt
+        return super().__call__(name, *args, seed=seed, **kwargs)
+
+
+def test_a_half_done_attack_resumes_at_its_next_block(data, monkeypatch, tmp_path):
+    """60 points in blocks of 16 (block j seeded 7 + j; APGD-CE breaks all of block 0): stopped in
+    APGD-T's second block, the rerun attacks only that block and the later ones, and gives the
+    uninterrupted result."""
+    model, x, y = data
+    path, options = tmp_path / "eval.json", {"eps": 0.1, "batch_size": 16, "seed": 7, "verbose": 0}
+    whole_calls = install(monkeypatch, StopAt())
+    whole = evaluate(model, x, y, **options)
+    t_blocks = [c for c in whole_calls.seeds if c[0] == "apgd-t"]
+    assert t_blocks == [("apgd-t", 8), ("apgd-t", 9), ("apgd-t", 10)]
+    first = install(monkeypatch, StopAt(stop_at=("apgd-t", 9)))
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(model, x, y, state_path=path, **options)
+    assert sorted(os.listdir(tmp_path)) == ["eval.1.1.npz", "eval.1.npz", "eval.json"]  # APGD-CE, 1 block
+    rest = install(monkeypatch, StopAt())
+    resumed = evaluate(model, x, y, state_path=path, **options)
+    assert rest.seeds == whole_calls.seeds[len(first.seeds) - 1 :]
+    assert sorted(os.listdir(tmp_path)) == ["eval.4.npz", "eval.json"]
+    assert resumed.broken_by == whole.broken_by
+    np.testing.assert_array_equal(resumed.robust, whole.robust)
+    np.testing.assert_array_equal(resumed.x_adv, whole.x_adv)
+    for name, record in whole.per_attack.items():
+        for key in ("accuracy", "robust_accuracy", "n_points", "n_broken", "n_forwards", "n_gradients"):
+            assert resumed.per_attack[name][key] == record[key], (name, key)
+    assert (resumed.n_forwards, resumed.n_gradients) == (whole.n_forwards, whole.n_gradients)
+
+
+def test_a_state_of_another_evaluation_names_what_changed(data, fake, tmp_path):
+    model, x, y = data
+    path = tmp_path / "eval.json"
+    evaluate(model, x, y, eps=0.1, seed=3, state_path=path, verbose=0)
+    with pytest.raises(gradkit.errors.StateMismatchError) as caught:
+        evaluate(model, x, y, eps=0.2, seed=4, state_path=path, verbose=0)
+    assert caught.value.changed == ["eps", "seed"] and isinstance(caught.value, ValueError)
+    assert "it holds another evaluation: eps (0.1 in the file, 0.2 now), seed (3 in the file, 4 now)." in str(
+        caught.value
+    )
+    assert "To start afresh, pass another state_path or delete it and the .npz files beside it" in str(
+        caught.value
+    )
+    delta = tmp_path / "eval.4.npz"
+    delta.write_bytes(delta.read_bytes() + b"0")
+    with pytest.raises(gradkit.errors.StateMismatchError, match="eval.4.npz that are missing or altered"):
+        evaluate(model, x, y, eps=0.1, seed=3, state_path=path, verbose=0)
+
+
+def test_states_of_two_ranks_in_one_folder_keep_their_own_arrays(data, fake, tmp_path):
+    """`evaluate_processes` names each rank's state `<path>.rank<r>`: their npz files must not collide."""
+    model, x, y = data
+    paths = [tmp_path / f"eval.json-0.rank{r}" for r in (0, 1)]
+    for path in paths:
+        evaluate(model, x, y, eps=0.1, batch_size=16, state_path=path, verbose=0)
+    assert sorted(os.listdir(tmp_path)) == sorted(f"{p.name}{end}" for p in paths for end in ("", ".4.npz"))
+    n_calls = len(fake.calls)
+    for path in paths:
+        evaluate(model, x, y, eps=0.1, batch_size=16, state_path=path, verbose=0)
+    assert len(fake.calls) == n_calls

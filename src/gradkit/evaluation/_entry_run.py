@@ -65,17 +65,30 @@ def _blocks(todo, step, first_block):
         yield first_block + int(j), todo[blocks == j]
 
 
-def run_entry(model, x, labels, entry, config, state, first_block=0, tasks=None):
+_COUNTS = ("n_points", "n_broken", "n_forwards", "n_gradients", "seconds")
+
+
+def run_entry(model, x, labels, entry, config, state, first_block=0, tasks=None, save=None):
     """Runs `entry` on the points still robust, block by block of `batch_size` rows (block j, counted from
     `first_block`, seeded with `seed + j`), and records it in `state`. `tasks`: None, or the `_tasks.Tasks`
     of a process group: a block it does not `claim` is skipped (another process runs it), and each block
-    attacked is reported `done`."""
-    todo = np.flatnonzero(state.robust)
-    before, t0, broken, disconnected = (state.n_forwards, state.n_gradients), time.perf_counter(), 0, False
-    attacked = 0
+    attacked is reported `done`. `save`: None, or `save(rows)` called after each block with the rows it
+    changed (`state.blocks[entry.name]` lists the finished blocks and `state.per_attack[entry.name]` holds
+    the counts so far): a `state` saved there and loaded again resumes at the next block, with the
+    result of an uninterrupted run (a block's attack depends only on its rows and its seed)."""
+    done = state.blocks.setdefault(entry.name, [])
+    record = {"no_gradient": False, **dict.fromkeys(_COUNTS, 0), **state.per_attack.get(entry.name, {})}
+    state.per_attack[entry.name] = record
+    before = (state.n_forwards - record["n_forwards"], state.n_gradients - record["n_gradients"])
+    t0, skip = time.perf_counter() - record["seconds"], set(done)
     step = config.batch_size or max(len(state.robust), 1)
-    with tqdm(total=len(todo), desc=entry.name, disable=config.verbose == 0, leave=True) as bar:
-        for k, rows in _blocks(todo, step, first_block):
+    blocks = [
+        (k, rows) for k, rows in _blocks(np.flatnonzero(state.robust), step, first_block) if k not in skip
+    ]
+    with tqdm(
+        total=sum(map(len, (r for _, r in blocks))), desc=entry.name, disable=config.verbose == 0
+    ) as bar:
+        for k, rows in blocks:
             if tasks is not None and not tasks.claim(entry.name, k):
                 continue
             seed = None if config.seed is None else config.seed + k
@@ -83,26 +96,33 @@ def run_entry(model, x, labels, entry, config, state, first_block=0, tasks=None)
                 x_adv, hit, zero = _attack(model, x[rows], labels[rows], entry, config, seed, state)
             except DisconnectedGradientError:  # a gradient attack on a non-differentiable model: flagged
                 x_adv, hit, zero = x[rows], np.zeros(len(rows), bool), np.ones(len(rows), bool)
-                disconnected = True
+                record["no_gradient"] = True
             state.x_adv[rows] = x_adv
             state.robust[rows[hit]] = False
             for i in rows[hit]:
                 state.broken_by[i] = entry.name
             if zero is not None:
                 state.zero_gradient[rows] |= np.asarray(zero, bool)
-            broken, attacked = broken + int(hit.sum()), attacked + len(rows)
+            record["n_broken"] += int(hit.sum())
+            record["n_points"] += len(rows)
+            record["n_forwards"], record["n_gradients"] = (
+                state.n_forwards - before[0],
+                state.n_gradients - before[1],
+            )
+            record["seconds"] = time.perf_counter() - t0
+            done.append(k)
             bar.update(len(rows))
             bar.set_postfix(robust=f"{state.robust.mean():.4f}")
             if tasks is not None:
                 tasks.done(entry.name, k)
+            if save is not None:
+                save(rows)
     state.finished.append(entry.name)
+    attacked = record["n_points"]
     state.per_attack[entry.name] = {
-        "accuracy": 1.0 - broken / attacked if attacked else None,
+        "accuracy": 1.0 - record["n_broken"] / attacked if attacked else None,
         "robust_accuracy": float(state.robust.mean()),
-        "n_points": attacked,
-        "n_broken": broken,
-        "n_forwards": state.n_forwards - before[0],
-        "n_gradients": state.n_gradients - before[1],
+        **{key: record[key] for key in _COUNTS},
         "seconds": time.perf_counter() - t0,
-        "no_gradient": disconnected,
+        "no_gradient": record["no_gradient"],
     }

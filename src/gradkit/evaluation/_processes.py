@@ -4,6 +4,8 @@ Each process evaluates its contiguous shard of whole blocks and the per-sample r
 and merged on every process, so the result equals the one-process result point for point.
 """
 
+import os
+
 import numpy as np
 
 from gradkit import backend
@@ -36,7 +38,9 @@ def evaluate_processes(model, x, y, *, epsilons, state_path=None, **options):
 
     Args:
         model, x, y, epsilons, options: as for `evaluate_shard` (every process passes the same).
-        state_path: None or a JSON path; each rank resumes from `<path>.rank<r>` when in a group.
+        state_path: None or a JSON path; each rank saves its state to and resumes from
+            `<path>.rank<r>` when in a group (a rerun after an interruption runs each rank's own
+            blocks, without sharing the tail).
             Under a mesh spanning the processes, create or load `model` after `set_distribution`
             (its variables must live on the mesh).
 
@@ -64,7 +68,12 @@ def evaluate_processes(model, x, y, *, epsilons, state_path=None, **options):
         return _shards.evaluate_shard(model, x, y, epsilons=epsilons, state_path=path, **options), rank, size
     block = options.get("batch_size") or len(x)
     rows = _shards.shard_rows(len(x), rank, size, block, name="processes")
-    tasks = None if state_path else _tasks.start(len(x), block)  # resuming: each rank its own blocks
+    count = 1 if np.ndim(epsilons) == 0 else len(list(epsilons))
+    saved = path is not None and any(
+        os.path.exists(_shards._state_path(path, i, count)) for i in range(count)
+    )
+    resuming = any(backend.all_gather(saved))
+    tasks = None if resuming else _tasks.start(len(x), block)  # resuming: each rank its own blocks
     mine = _shards.evaluate_shard(
         model, x, y, epsilons=epsilons, rows=rows, state_path=path, tasks=tasks, **options
     )

@@ -32,6 +32,8 @@ class Shard:
         states: one `_state.State` per eps (ascending); their `x_adv` is None once read from JSON.
         weights: the ensemble weights, or () for one network.
         shares: float `(K, stop - start)` members' gradient shares of an ensemble, or None.
+        resumed: `(eps, what)` for each eps resumed from a state file: what it held ("apgd-ce done (2
+            blocks), apgd-t 1 of 2 blocks"), not redone.
     """
 
     settings: dict
@@ -42,6 +44,7 @@ class Shard:
     states: list
     weights: tuple = ()
     shares: np.ndarray | None = None
+    resumed: list = dataclasses.field(default_factory=list)
 
     def evaluations(self):
         """One `Evaluation` per eps (ascending), with its flags; `x_adv` as held (None after JSON)."""
@@ -166,7 +169,9 @@ def evaluate_shard(
             every smaller one left robust.
         rows: None (default: all) or `(start, stop)` of whole blocks of `batch_size` rows (`shard_rows`).
         batch_size: rows per compiled call and per block; None (default) makes all rows one block.
-        state_path: None or a JSON path to resume from (one file per eps when several: `<stem>-<i>.json`).
+        state_path: None or a JSON path: the state is saved there after each block and each attack, and
+            a rerun with the same arguments resumes from it at the next unfinished block (one file per
+            eps when several: `<stem>-<i>.json`); every file is checked before any attack.
         tasks: None, or a process group's `_tasks.Tasks` (`evaluate_processes`): blocks of this shard may
             finish in another process, and this one may finish another's, with the same results.
 
@@ -203,9 +208,15 @@ def evaluate_shard(
     xs, ys = x[start:stop], labels[start:stop]
     prediction = decide(model, xs, config.batch_size).astype(np.int64)
     state_path, states = _state.check_path(state_path), []
+    paths = [_state_path(state_path, i, len(epsilons)) for i in range(len(epsilons))]
+    fps = [{**settings, "eps": eps, "rows": [start, stop]} for eps in epsilons]
+    loaded = [_state.load(path, fp) if path else None for path, fp in zip(paths, fps)]  # before any attack
+    names = [e.name for e in config.entries]
+    resumed = [
+        (eps, _state.progress(s, names, block, start // block)) for eps, s in zip(epsilons, loaded) if s
+    ]
     for i, eps in enumerate(epsilons):
-        path, fp = _state_path(state_path, i, len(epsilons)), {**settings, "eps": eps, "rows": [start, stop]}
-        state = _state.load(path, fp) if path else None
+        path, fp, state = paths[i], fps[i], loaded[i]
         if state is None:
             state = _suite.clean(model, xs, ys, config, prediction) if not states else _carry(states[-1])
         eps_config = dataclasses.replace(config, eps=eps)
@@ -216,9 +227,11 @@ def evaluate_shard(
         )
         if tasks is not None:
             tasks.finish()
+            if path and tasks.stolen:  # what other processes ran of this one's blocks is folded in now
+                _state.save(path, fp, state)
         states.append(state)
     shares = _suite.shares_of(model, xs, ys, config)
-    return Shard(settings, start, stop, ys, prediction, states, _suite.weights(model), shares)
+    return Shard(settings, start, stop, ys, prediction, states, _suite.weights(model), shares, resumed)
 
 
 def _settings(model, x, labels, config, epsilons):

@@ -1,21 +1,26 @@
 """The per-sample state of an evaluation, and its resumable copy on disk.
 
 On disk (`state_path=`): a JSON file at `state_path` (the evaluation's fingerprint, the finished attacks,
-their records and costs) and, next to it, `<stem>.<k>.npz` after `k` finished attacks (the robust mask,
-`broken_by`, `x_adv`, the zero-gradient mask). Each is written atomically (`gradkit._io`): first the new
-npz, then the JSON naming it with its SHA-256, then the old npz is removed, so a crash at any point
-leaves a JSON whose npz exists and matches.
+their records and costs, the blocks each attack has finished) and, next to it, `<stem>.<k>.npz` after `k`
+finished attacks (the robust mask, `broken_by`, `x_adv`, the zero-gradient mask of every point) and one
+small `<stem>.<k>.<j>.npz` per block the running attack has finished since (that block's rows only).
+Each is written atomically (`gradkit._io`): first the new npz, then the JSON naming it with its SHA-256,
+then the npz files it no longer names are removed, so a crash at any point leaves a JSON whose npz files
+exist and match.
 """
 
+import contextlib
 import dataclasses
 import glob
 import hashlib
 import os
+import re
 
 import keras
 import numpy as np
 
 from gradkit import _checks, _io, backend
+from gradkit.errors import StateMismatchError
 from gradkit.gradients import as_ensemble
 
 FORMAT = "gradkit.evaluation/2"  # 2: the fingerprint holds the model's weights
@@ -30,7 +35,9 @@ class State:
         broken_by: `n` strings or None: "clean", or the name of the attack that broke the point.
         x_adv: float `(n, ...)`: the breaking example, else the last one tried (x before any attack).
         zero_gradient: bool `(n,)`: an attack saw an input gradient of exactly zero there.
-        finished: names of the finished attacks, in order; per_attack: their records.
+        finished: names of the finished attacks, in order; per_attack: their records (and the running
+            attack's counts so far).
+        blocks: attack name -> the numbers of the blocks it has finished (`_entry_run.run_entry`).
         from_probabilities: names of attacks that read log-probabilities as logits.
         randomized: max |difference| of two predictions of the same points (0.0 when deterministic).
         unconfirmed: successes an attack reported that the model's decision rule did not confirm.
@@ -49,6 +56,7 @@ class State:
     finished: list = dataclasses.field(default_factory=list)
     per_attack: dict = dataclasses.field(default_factory=dict)
     from_probabilities: list = dataclasses.field(default_factory=list)
+    blocks: dict = dataclasses.field(default_factory=dict)
 
 
 def digest(a):
@@ -118,66 +126,159 @@ def check_path(state_path):
     return state_path
 
 
-def _other(state_path, why):
+_DIGESTS = {"model", "x", "y", "surrogate"}
+
+
+def changes(old, new):
+    """The keys whose values differ between fingerprints `old` (a file's) and `new`, and a phrase each."""
+    old = old if isinstance(old, dict) else {}
+    keys = [k for k in {**old, **new} if old.get(k) != new.get(k)]
+    said = [
+        f"{k} (other values)" if k in _DIGESTS else f"{k} ({old.get(k)!r} in the file, {new.get(k)!r} now)"
+        for k in keys
+    ]
+    return keys, said
+
+
+def _other(state_path, why, changed=()):
     expected = (
         "a new file or the state of this same evaluation (same model and weights, x, y, eps, norm, attacks, "
-        f"seed, steps, n_queries, clip_values); {why}"
+        f"seed, steps, n_queries, clip_values); it holds {why}. To start afresh, pass another state_path "
+        "or delete it and the .npz files beside it"
     )
-    _checks.fail("state_path", expected, state_path)
+    _checks.fail(
+        "state_path", expected, state_path, lambda m: StateMismatchError(m, state_path, why, list(changed))
+    )
+
+
+def _checked(folder, state_path, name, sha):
+    npz = os.path.join(folder, name)
+    if not os.path.isfile(npz) or _io.sha256(npz) != sha:
+        _other(state_path, f"arrays {npz} that are missing or altered")
+    return npz
 
 
 def load(state_path, fp):
     """The `State` saved at `state_path` for fingerprint `fp`, or None when there is no file.
 
     Raises:
-        ValueError: the file holds another evaluation, is unreadable, or its npz is missing or altered.
+        StateMismatchError (a ValueError): the file holds another evaluation (its `changed` names the
+            differences), is unreadable, or one of its npz files is missing or altered.
     """
     try:
         meta = _io.read_json(state_path)
     except (OSError, ValueError) as error:
-        _other(state_path, f"it is unreadable ({error})")
+        _other(state_path, f"an unreadable file ({error})")
     if meta is None:
         return None
     if not isinstance(meta, dict) or meta.get("fingerprint") != fp:
-        _other(state_path, "it holds another evaluation")
-    npz = os.path.join(os.path.dirname(os.path.abspath(state_path)), meta["arrays"])
-    if not os.path.isfile(npz) or _io.sha256(npz) != meta["sha256"]:
-        _other(state_path, f"its arrays {npz} are missing or altered: remove both files to start over")
-    with np.load(npz, allow_pickle=False) as arrays:
-        broken = [str(b) or None for b in arrays["broken_by"]]
-        return State(
+        keys, said = changes(meta.get("fingerprint") if isinstance(meta, dict) else None, fp)
+        _other(state_path, "another evaluation: " + ", ".join(said), keys)
+    folder = os.path.dirname(os.path.abspath(state_path))
+    with np.load(_checked(folder, state_path, meta["arrays"], meta["sha256"]), allow_pickle=False) as arrays:
+        state = State(
             arrays["robust"].copy(),
-            broken,
+            [str(b) or None for b in arrays["broken_by"]],
             arrays["x_adv"].copy(),
             arrays["zero_gradient"].copy(),
             **meta["state"],
         )
+    for delta in meta.get("deltas", []):
+        with np.load(_checked(folder, state_path, delta["arrays"], delta["sha256"]), allow_pickle=False) as a:
+            rows = a["rows"]
+            state.robust[rows], state.x_adv[rows], state.zero_gradient[rows] = (
+                a["robust"],
+                a["x_adv"],
+                a["zero_gradient"],
+            )
+            for i, b in zip(rows.tolist(), a["broken_by"]):
+                state.broken_by[i] = str(b) or None
+    return state
 
 
-def _arrays_path(state_path, k):
-    return f"{os.path.splitext(os.path.abspath(state_path))[0]}.{k}.npz"
+def progress(state, names, block, first_block=0):
+    """What `state` holds of the attacks `names` over points in blocks of `block` rows (the first numbered
+    `first_block`), in words: "apgd-ce done (4 blocks), apgd-t 2 of 4 blocks"."""
+    said = []
+    for name in names:
+        done = set(state.blocks.get(name, ()))
+        if name in state.finished:
+            n = len(done)
+            said.append(f"{name} done" + (f" ({n} block{'s' * (n != 1)})" if name in state.blocks else ""))
+        elif done:
+            left = {first_block + int(j) for j in np.flatnonzero(state.robust) // block}
+            said.append(f"{name} {len(done)} of {len(done | left)} blocks")
+    return ", ".join(said) or "no attack yet"
 
 
-def save(state_path, fp, state):
-    """Writes `state` atomically (npz, then the JSON naming it), then drops the npz files it replaced."""
-    folder = os.path.dirname(os.path.abspath(state_path))
-    os.makedirs(folder, exist_ok=True)
-    npz = _arrays_path(state_path, len(state.finished))
-    broken = np.array([b or "" for b in state.broken_by], dtype=str)
+def _stem(state_path):
+    """The state file's path less ".json": its npz files' prefix (each rank's `<path>.rank<r>` its own)."""
+    path = os.path.abspath(state_path)
+    return path[: -len(".json")] if path.endswith(".json") else path
+
+
+def _numbered(stem):
+    """The npz files `<stem>.<k>.npz` and `<stem>.<k>.<j>.npz` beside a state file."""
+    pattern = re.compile(re.escape(os.path.basename(stem)) + r"\.\d+(\.\d+)?\.npz")
+    return [p for p in glob.glob(glob.escape(stem) + ".*.npz") if pattern.fullmatch(os.path.basename(p))]
+
+
+def _write_npz(path, state, rows=None):
+    rows = slice(None) if rows is None else rows
+    arrays = {
+        "robust": state.robust[rows],
+        "broken_by": np.array([b or "" for b in np.asarray(state.broken_by, object)[rows]], dtype=str),
+        "x_adv": state.x_adv[rows],
+        "zero_gradient": state.zero_gradient[rows],
+    }
+    if not isinstance(rows, slice):
+        arrays["rows"] = np.asarray(rows, np.int64)
 
     def write(tmp):
         with open(tmp, "wb") as f:
-            np.savez(
-                f, robust=state.robust, broken_by=broken, x_adv=state.x_adv, zero_gradient=state.zero_gradient
-            )
+            np.savez(f, **arrays)
 
-    _io.write_atomic(npz, write)
+    _io.write_atomic(path, write)
+    return {"arrays": os.path.basename(path), "sha256": _io.sha256(path)}
+
+
+def _fields(state):
     skip = {"robust", "broken_by", "x_adv", "zero_gradient"}
-    fields = {f.name: getattr(state, f.name) for f in dataclasses.fields(state) if f.name not in skip}
-    meta = {"fingerprint": fp, "arrays": os.path.basename(npz), "sha256": _io.sha256(npz), "state": fields}
+    return {f.name: getattr(state, f.name) for f in dataclasses.fields(state) if f.name not in skip}
+
+
+def _read_meta(state_path):
+    try:
+        return _io.read_json(state_path)
+    except (OSError, ValueError):
+        return None
+
+
+def save(state_path, fp, state):
+    """Writes all of `state` atomically (npz, then the JSON naming it), then drops the npz files it
+    replaced."""
+    folder = os.path.dirname(os.path.abspath(state_path))
+    os.makedirs(folder, exist_ok=True)
+    stem, k = _stem(state_path), len(state.finished)
+    old = _read_meta(state_path)
+    named = old.get("arrays") if isinstance(old, dict) else None
+    npz = f"{stem}.{k}.npz" if named != os.path.basename(f"{stem}.{k}.npz") else f"{stem}.{k}.0.npz"
+    meta = {"fingerprint": fp, **_write_npz(npz, state), "deltas": [], "state": _fields(state)}
     _io.write_json(meta, state_path)
-    stem = os.path.splitext(os.path.abspath(state_path))[0]
-    for old in glob.glob(glob.escape(stem) + ".*.npz"):
-        if old != npz and old[len(stem) + 1 : -4].isdigit():
-            os.remove(old)
+    for other in _numbered(stem):
+        if other != npz:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(other)
     _io.fsync_dir(folder)
+
+
+def save_block(state_path, fp, state, rows):
+    """Saves `state` after a block of the running attack changed its `rows` (int indices): one small npz
+    of those rows, then the JSON naming it (a full `save` when the file holds none of this state yet)."""
+    meta = _read_meta(state_path)
+    if not isinstance(meta, dict) or meta.get("fingerprint") != fp:
+        return save(state_path, fp, state)
+    stem, deltas = _stem(state_path), meta.get("deltas", [])
+    delta = _write_npz(f"{stem}.{len(state.finished)}.{len(deltas) + 1}.npz", state, rows)
+    _io.write_json({**meta, "deltas": [*deltas, delta], "state": _fields(state)}, state_path)
+    _io.fsync_dir(os.path.dirname(os.path.abspath(state_path)))

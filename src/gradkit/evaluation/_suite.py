@@ -90,10 +90,13 @@ def evaluate(
         n_queries: int >= 1, Square's query budget. Defaults to 5000.
         steps: int >= 1, iterations of APGD, FAB-T, PGD and BIM. Defaults to 100. ("fab-t" is
             AutoAttack's FAB-T: the top 9 target classes, 1 restart, on the points still robust.)
-        state_path: None (default) or a JSON file path: after each finished attack the state is saved
-            there atomically (arrays in `<stem>.<k>.npz` next to it); a rerun with the same arguments
-            and the same model (its weights' SHA-256 is part of the state) continues after the last
-            finished attack.
+        state_path: None (default) or a JSON file path: after each block of `batch_size` rows of each
+            attack the state is saved there atomically (arrays in `<stem>.<k>.npz` and, per block of
+            the running attack, `<stem>.<k>.<j>.npz` next to it); a rerun with the same arguments and
+            the same model (its weights' SHA-256 is part of the state) continues at the next
+            unfinished block, with the result of an uninterrupted run (each block has its own seed).
+            A file of another evaluation raises `gradkit.errors.StateMismatchError` naming what
+            changed. (`gradkit evaluate` keeps its state in `--out` by default.)
         verbose: 0 silent; >= 1 (default) a tqdm progress bar per attack.
 
     Returns:
@@ -105,8 +108,9 @@ def evaluate(
             a `surrogate` whose output shape differs from the model's, an unknown attack name or
             objective, eps < 0, n_queries < 1, steps < 1, labels out
             of range, `x` outside `clip_values`, an attack the model has too few classes for, or a
-            `state_path` that holds another evaluation (other arguments, another model or weights).
-            All are raised before any attack runs and before anything is written.
+            `state_path` that holds another evaluation (other arguments, another model or weights:
+            `gradkit.errors.StateMismatchError`). All are raised before any attack runs and before
+            anything is written.
         TypeError: arguments of the wrong type.
 
     References:
@@ -156,17 +160,27 @@ def evaluate(
 def cascade(
     model, x, labels, config, state, *, state_path=None, fp=None, first_block=0, start=None, tasks=None
 ):
-    """Runs every unfinished attack of `config` on `state` (in place), saving it after each attack when
-    `state_path` is set; `first_block` numbers the first block of `x` (see `run_entry`); `start`: the
-    `time.perf_counter()` its time counts from (default: now); `tasks`: as for `run_entry`."""
+    """Runs every unfinished attack of `config` on `state` (in place), saving it after each block and
+    each attack when `state_path` is set (`_state.save_block`, `_state.save`), from the next block of a
+    half-done attack; `first_block` numbers the first block of `x` (see `run_entry`); `start`: the
+    `time.perf_counter()` its time counts from (default: now); `tasks`: as for `run_entry` (then nothing
+    is saved once another process has taken one of this one's blocks, until `Tasks.finish`)."""
     start, seconds = start or time.perf_counter(), state.seconds
+
+    def save(rows=None):
+        state.seconds = seconds + time.perf_counter() - start
+        if not state_path or (tasks is not None and tasks.stolen):
+            return
+        if rows is None:
+            _state.save(state_path, fp, state)
+        else:
+            _state.save_block(state_path, fp, state, rows)
+
     for entry in config.entries:
         if entry.name in state.finished:
             continue
-        run_entry(model, x, labels, entry, config, state, first_block, tasks)
-        state.seconds = seconds + time.perf_counter() - start
-        if state_path:
-            _state.save(state_path, fp, state)
+        run_entry(model, x, labels, entry, config, state, first_block, tasks, save=save)
+        save()
     state.seconds = seconds + time.perf_counter() - start
     return state
 

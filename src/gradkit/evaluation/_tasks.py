@@ -179,6 +179,7 @@ class Tasks:
             "per_attack": state.per_attack,
             "costs": [state.n_forwards, state.n_gradients, state.unconfirmed],
             "from_probabilities": state.from_probabilities,
+            "blocks": state.blocks,
         }
         arrays = {"robust": state.robust, "x_adv": state.x_adv, "zero_gradient": state.zero_gradient}
         self.store.set(self._key("result", k), _pack(arrays, meta))
@@ -204,5 +205,7 @@ class Tasks:
             mine["accuracy"] = 1.0 - mine["n_broken"] / mine["n_points"] if mine["n_points"] else None
             mine["robust_accuracy"] = (round(mine["robust_accuracy"] * m) - stale + count) / m
         s.seconds += sum(meta["per_attack"][name]["seconds"] for name in self.names[a0:])
+        for name, blocks in meta["blocks"].items():
+            s.blocks[name] = sorted({*s.blocks.get(name, ()), *blocks})
         given = set(s.from_probabilities) | set(meta["from_probabilities"])
         s.from_probabilities = [name for name in self.names if name in given]
