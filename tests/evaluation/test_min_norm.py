@@ -72,16 +72,17 @@ def test_every_single_input_entry_refuses_a_two_input_model_in_the_same_words(en
     model, rng = two_input_model(), np.random.default_rng(0)
     xa, xb, y = rng.uniform(0, 1, (4, 3)), rng.uniform(0, 1, (4, 2)), np.arange(4) % 3
     call, name = SINGLE_INPUT_ENTRIES[entry], entry.replace("(", r"\(").replace(")", r"\)")
+    if entry == "evaluate":  # evaluate shows the one-input model to build instead (evaluation._single)
+        for x in ([xa, xb], np.concatenate([xa, xb], axis=1)):
+            with pytest.raises(ValueError, match="^`model` must have one input: evaluate attacks models of"):
+                call(model, x, y)
+        return
     several = rf"^`x` must be one array: {name} attacks single-input models\. Received: x of type "
     for x in ([xa, xb], (xa, xb), {"a": xa, "b": xb}):
         with pytest.raises(
             TypeError, match=several + rf"{type(x).__name__} \(use gradkit.pgd for several inputs\)$"
         ):
             call(model, x, y)
-    if entry == "evaluate":  # evaluate shows the one-input model to build instead (evaluation._single)
-        with pytest.raises(ValueError, match="^`model` must have one input: evaluate attacks models of one"):
-            call(model, np.concatenate([xa, xb], axis=1), y)
-        return
     one = rf"^`model` must have one input: {name} attacks single-input models\. Received: a model with 2 "
     with pytest.raises(TypeError, match=one + r"inputs \['a', 'b'\] \(use gradkit.pgd for several inputs\)$"):
         call(model, np.concatenate([xa, xb], axis=1), y)

@@ -145,9 +145,9 @@ def check_data(model, x, y):
             not class ids in [0, C).
     """
     first = as_ensemble(model).models[0]
+    check_single(model)  # several outputs or inputs: the one-output or one-input model to build
     if isinstance(x, (list, tuple, dict)):
         check_single_input(model, x, "evaluate")  # in the words of every single-input entry point
-    check_single(model)
     x, n = check_x(first, x)
     for member in as_ensemble(model).models:
         index = output_index(member, None)
