@@ -58,3 +58,38 @@ def test_bad_methods_and_norms_are_refused_before_any_work():
     with pytest.raises(ValueError, match="'g'"):
         _certified.check_method("crown", 2.0, gelu)
     assert _certified.check_method(None, 1.0, gelu) is None
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_evaluate_reports_certified_below_robust_with_its_interval(norm):
+    import gradkit
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [keras.Input((6,)), layers.Dense(8, activation="relu"), layers.Dense(3, activation="softmax")]
+    )
+    x = np.random.RandomState(1).rand(24, 6).astype(np.float32)
+    y = np.argmax(np.asarray(keras.ops.convert_to_numpy(model(x))), axis=1)
+    eps = 0.02 if norm == "linf" else 0.05
+    result = gradkit.evaluate(
+        model,
+        x,
+        y,
+        eps=eps,
+        norm=norm,
+        attacks=["apgd-ce"],
+        steps=5,
+        clip_values=(0, 1),
+        certify="crown",
+        verbose=0,
+    )
+    direct = gradkit.certify(model, x, y, eps, norm=norm, method="crown", clip_values=(0, 1)).certified
+    np.testing.assert_array_equal(result.certified, direct)
+    assert not np.any(result.certified & ~result.robust)  # certified points survive the attack
+    assert 0 < result.certified_accuracy <= result.robust_accuracy
+    record = result.to_dict()
+    assert record["certified_accuracy"] == result.certified_accuracy and len(record["certified"]) == 24
+    low, high = record["certified_interval"]
+    assert low <= result.certified_accuracy <= high
+    assert "certified accuracy" in result.summary()
+    assert "certificate_contradicted" not in [f["name"] for f in result.flags]
