@@ -81,7 +81,7 @@ def _spec(labels, n_classes):
 
 def _box(x, eps, norm, clip_values):
     """`(x0, xl, xu, eps)` flat float32 arrays: the point, the box part of its set, the radius."""
-    x0 = x.reshape(len(x), -1)
+    x0 = x.reshape(len(x), int(np.prod(x.shape[1:])))
     xl, xu = x0 - eps, x0 + eps
     if clip_values is not None:
         xl, xu = np.maximum(xl, clip_values[0]), np.minimum(xu, clip_values[1])

@@ -8,7 +8,7 @@ import numpy as np
 
 from gradkit import _checks
 from gradkit.attacks import NAMES, TABLE, check_single_input, is_ensemble
-from gradkit.evaluation import _versions
+from gradkit.evaluation import _certified, _versions
 from gradkit.evaluation._single import check_single
 from gradkit.gradients import (
     as_ensemble,
@@ -65,6 +65,7 @@ class Config:
     eot_iter: int = 20
     surrogate: object = None
     skipped: tuple = ()  # (attack, reason) of a version's attacks not run
+    certify: str | None = None  # the bound method of the certified side ("ibp", "crown") or None
 
 
 def _expected():
@@ -183,10 +184,12 @@ def check_config(
     version=None,
     eot_iter=20,
     surrogate=None,
+    certify=None,
 ):
     """The checked `Config`; TypeError/ValueError in `gradkit._checks`' form for any bad argument."""
     version, attacks = _versions.check_version(version, attacks, eot_iter)
     norm = _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS)
+    certify = _certified.check_method(certify, norm, model)
     skipped = ()
     if version == "custom":
         entries = plan(attacks, is_ensemble(model))
@@ -198,6 +201,7 @@ def check_config(
         eot_iter=int(eot_iter),
         surrogate=surrogate,
         skipped=skipped,
+        certify=certify,
         eps=_checks.check_eps(eps),
         norm=norm,
         clip_values=_checks.check_clip_values(clip_values),

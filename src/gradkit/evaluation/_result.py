@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 
 from gradkit import _checks
-from gradkit.evaluation import _flags
+from gradkit.evaluation import _certified, _flags
 from gradkit.evaluation._stats import METHOD, wilson_interval
 
 
@@ -38,6 +38,8 @@ class Evaluation:
         version: str, AutoAttack's version run ("standard", "plus", "rand") or "custom".
         skipped: list of `[attack, reason]` pairs: the version's attacks that did not run (too few
             classes).
+        certified: bool `(n,)` or None: the points certified robust at eps (`certify=`), a lower bound
+            of `robust`; certify: the bound method ("ibp", "crown") or None.
 
     The property `interval` is the 95% Wilson score interval of `robust_accuracy` on the `n` points.
     """
@@ -60,6 +62,24 @@ class Evaluation:
     points: str | None = None
     version: str = "custom"
     skipped: list = dataclasses.field(default_factory=list)
+    certified: np.ndarray | None = None
+    certify: str | None = None
+
+    @property
+    def certified_accuracy(self):
+        """The fraction of points certified at eps (a lower bound of the true robust accuracy), or None."""
+        return (
+            None if self.certified is None else float(np.mean(self.certified)) if len(self.certified) else 0.0
+        )
+
+    @property
+    def certified_interval(self):
+        """`(low, high)`: the 95% Wilson interval of `certified_accuracy`, or None."""
+        return (
+            None
+            if self.certified is None
+            else wilson_interval(int(np.sum(self.certified)), len(self.certified))
+        )
 
     @property
     def interval(self):
@@ -78,6 +98,10 @@ class Evaluation:
         out["flags"] = [dict(f) for f in self.flags]
         out["interval"] = list(self.interval)
         out["skipped"] = [list(s) for s in self.skipped]
+        if self.certified is not None:
+            out["certified"] = [bool(c) for c in self.certified]
+            out["certified_accuracy"] = self.certified_accuracy
+            out["certified_interval"] = list(self.certified_interval)
         return out
 
     def summary(self):
@@ -101,6 +125,12 @@ class Evaluation:
             f"clean {self.clean_accuracy:.4f}); "
             f"{self.n_forwards} forwards, {self.n_gradients} gradients, {self.seconds:.1f} s"
         )
+        if self.certified is not None:
+            c_low, c_high = self.certified_interval
+            lines.append(
+                f"certified accuracy {self.certified_accuracy:.4f} [{c_low:.4f}, {c_high:.4f}] "
+                f"({self.certify}): robust accuracy lies between it and {self.robust_accuracy:.4f}"
+            )
         lines += [f"skipped {attack}: {reason}" for attack, reason in self.skipped]
         if self.flags:
             lines.append("flags:")
@@ -119,11 +149,12 @@ class Evaluation:
         )
 
 
-def from_state(state, config, *, weights=(), shares=None, backend):
+def from_state(state, config, *, weights=(), shares=None, backend, certified=None, start=0):
     """The `Evaluation` of a finished `_state.State` under the checked `config`, with its flags.
 
     `weights`: the ensemble weights, or () for one network; `shares`: the members' gradient shares
-    `(K, n)` of an ensemble, or None; `backend`: the Keras backend's name.
+    `(K, n)` of an ensemble, or None; `backend`: the Keras backend's name; `certified`: bool `(n,)` of
+    the certified points or None; `start`: the index of the first point (in the flags' messages).
     """
     found = [
         _flags.zero_gradient(state.zero_gradient),
@@ -134,6 +165,7 @@ def from_state(state, config, *, weights=(), shares=None, backend):
         *_flags.late_breaks(config.entries, state.per_attack),
         _flags.one_network(weights),
         _flags.dominant_gradient(shares) if shares is not None else None,
+        _certified.contradicted(certified, state.robust, start),
     ]
     return Evaluation(
         clean_accuracy=state.clean_accuracy,
@@ -153,4 +185,6 @@ def from_state(state, config, *, weights=(), shares=None, backend):
         clip_values=config.clip_values,
         version=config.version,
         skipped=[list(s) for s in config.skipped],
+        certified=None if certified is None else np.asarray(certified, bool).copy(),
+        certify=config.certify if certified is not None else None,
     )

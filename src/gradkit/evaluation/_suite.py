@@ -6,7 +6,7 @@ import keras
 import numpy as np
 
 from gradkit import attacks as registry
-from gradkit.evaluation import _plan, _state, _versions
+from gradkit.evaluation import _certified, _plan, _state, _versions
 from gradkit.evaluation._entry_run import fooled, run_entry
 from gradkit.evaluation._result import from_state
 from gradkit.evaluation._stats import points_digest
@@ -33,6 +33,7 @@ def evaluate(
     steps=100,
     state_path=None,
     verbose=1,
+    certify=None,
 ):
     """Robust accuracy under a cascade of attacks: one of AutoAttack's versions, or your own list.
 
@@ -98,6 +99,11 @@ def evaluate(
             A file of another evaluation raises `gradkit.errors.StateMismatchError` naming what
             changed. (`gradkit evaluate` keeps its state in `--out` by default.)
         verbose: 0 silent; >= 1 (default) a tqdm progress bar per attack.
+        certify: None (default), "ibp" or "crown": also certify every point at eps (Linf or L2) with
+            `gradkit.certify` (an ensemble or boosted model: its weighted vote, from each member's
+            certificate of its own prediction, `gradkit.vote_certificate`), giving the result's
+            `certified`, `certified_accuracy` (a lower bound beside `robust_accuracy`, the upper
+            bound) and the flag `certificate_contradicted` for a certified point an attack broke.
 
     Returns:
         `Evaluation`: accuracies, the per-sample `robust`, `broken_by` and `x_adv`, the per-attack
@@ -142,6 +148,7 @@ def evaluate(
         n_queries=n_queries,
         steps=steps,
         verbose=verbose,
+        certify=certify,
     )
     _plan.check_range(x, config.clip_values)
     state_path = _state.check_path(state_path)
@@ -152,7 +159,15 @@ def evaluate(
         state = clean(model, x, labels, config)
     cascade(model, x, labels, config, state, state_path=state_path, fp=fp, start=start)
     shares = shares_of(model, x, labels, config)
-    result = from_state(state, config, weights=weights(model), shares=shares, backend=keras.backend.backend())
+    certified = certified_of(model, x, labels, config)
+    result = from_state(
+        state,
+        config,
+        weights=weights(model),
+        shares=shares,
+        backend=keras.backend.backend(),
+        certified=certified,
+    )
     result.points = points_digest(x, labels)
     return result
 
@@ -183,6 +198,22 @@ def cascade(
         save()
     state.seconds = seconds + time.perf_counter() - start
     return state
+
+
+def certified_of(model, x, labels, config):
+    """bool `(n,)`: the points certified at `config.eps` by `config.certify`'s bounds, or None."""
+    if config.certify is None:
+        return None
+    return _certified.certified_points(
+        model,
+        x,
+        labels,
+        method=config.certify,
+        eps=config.eps,
+        norm=config.norm,
+        clip_values=config.clip_values,
+        batch_size=config.batch_size,
+    )
 
 
 def weights(model):
