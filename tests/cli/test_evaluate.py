@@ -239,6 +239,42 @@ def test_state_resumes_without_rerunning_attacks(capsys, files, tmp_path, monkey
     assert (tmp_path / "a" / "samples.csv").read_text() == (tmp_path / "b" / "samples.csv").read_text()
 
 
+def test_a_two_class_model_reports_the_skipped_attacks_like_python(capsys, tmp_path):
+    """Issue 44: a 2-class model under "version standard" skips APGD-T and FAB-T; the printed header and
+    rows, evaluation.json (top level and per result) and a merge of --shard parts say so, as
+    `Evaluation.summary()` does."""
+    x, y = _data(24)
+    y = (y % 2).astype("int64")  # class 1 iff x0 > 0.5
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(2)])
+    kernel = np.zeros((6, 2), "float32")
+    kernel[0] = [-4, 4]  # logit 1 - logit 0 = 8 (x0 - 0.5)
+    model.set_weights([kernel, np.array([2, -2], "float32")])
+    model.save(tmp_path / "two.keras")
+    np.savez(tmp_path / "two.npz", x=x, y=y)
+    args = [str(tmp_path / "two.keras"), str(tmp_path / "two.npz"), "--eps", "0.05", "--batch-size", "8"]
+    args += ["--steps", "2", "--n-queries", "10", "--no-progress"]
+    code, seen = _run(capsys, *args, "--out", str(tmp_path / "one"))
+    assert code == 0, seen.err
+    ev = gradkit.evaluate(model, x, y, eps=0.05, clip_values=(0, 1), batch_size=8, steps=2, n_queries=10,
+                          verbose=0)  # fmt: skip
+    skipped = [["apgd-t", "needs at least 4 classes; the model has 2"],
+               ["fab-t", "needs at least 3 classes; the model has 2"]]  # fmt: skip
+    assert ev.skipped == skipped and ev.clean_accuracy == 1.0
+    printed, expected = seen.out.splitlines(), ev.summary().splitlines()
+    assert printed[0] == expected[0] and printed[0].endswith("version standard (apgd-t, fab-t skipped)")
+    rows = [line for line in printed if "skipped:" in line]
+    assert len(rows) == 2 and rows == [line for line in expected if "skipped:" in line]
+    for k in (1, 2):
+        assert _run(capsys, *args, "--shard", f"{k}/2", "--out", str(tmp_path / f"part{k}"))[0] == 0
+    parts = [str(tmp_path / "part1"), str(tmp_path / "part2")]
+    code = cli.main(["merge", *parts, "--out", str(tmp_path / "all")])
+    assert code == 0 and capsys.readouterr().out.splitlines()[0] == expected[0]
+    for folder in ("one", "part1", "all"):
+        report = json.loads((tmp_path / folder / "evaluation.json").read_text())
+        assert report["skipped"] == report["results"][0]["skipped"] == skipped, folder
+        assert list(report["results"][0]["per_attack"]) == ["apgd-ce", "square"]
+
+
 @pytest.mark.parametrize("command", ["evaluate", "merge"])
 def test_help_imports_no_keras_and_no_backend(command):
     proc = subprocess.run(

@@ -28,6 +28,7 @@ def report(shard, evaluations, info=None):
         "eps": last.eps,
         "epsilons": [ev.eps for ev in evaluations],
         "n_points": shard.stop - shard.start,
+        "skipped": last.to_dict()["skipped"],
         "results": results,
         "flags": list(flags.values()),
         "settings": settings,
@@ -74,8 +75,10 @@ def write_report(shard, out, *, info=None):
     """Writes samples.csv, shard.json (a part of the points only), then evaluation.json to `out`.
 
         evaluation.json   top-level "clean_accuracy" and "robust_accuracy" (at the largest eps), "eps",
-                          "epsilons", "results" (one per eps: accuracies, per-attack records, costs,
-                          flags), "flags" (each flag once, with its message and reference), "settings",
+                          "epsilons", "skipped" (`[attack, reason]` of the version's attacks that did
+                          not run), "results" (one per eps: accuracies, per-attack records, costs,
+                          flags, skipped), "flags" (each flag once, with its message and reference),
+                          "settings",
                           "model" and "data" (SHA-256 digests), "rows", and what the caller adds
                           (`info`: versions, sources)
         samples.csv       per point: index, label, clean_prediction, robust (0/1, at the largest eps),

@@ -81,12 +81,15 @@ class Evaluation:
         return out
 
     def summary(self):
-        """The result as a text table: one row per attack (points attacked, its accuracy on them, robust
-        accuracy after it), then the totals and the flags."""
+        """The result as a text table: the header (backend, points, eps, version and the version's attacks
+        skipped), one row per attack (points attacked, its accuracy on them, robust accuracy after it; a
+        skipped attack: the reason), then the totals and the flags."""
         n = len(self.robust)
         norm = _checks.norm_name(self.norm).capitalize()
+        skipped = f" ({', '.join(a for a, _ in self.skipped)} skipped)" if self.skipped else ""
         lines = [
-            f"Evaluation ({self.backend}): {n} points, eps={self.eps:g} ({norm}), version {self.version}",
+            f"Evaluation ({self.backend}): {n} points, eps={self.eps:g} ({norm}), version {self.version}"
+            + skipped,
             f"{'attack':<28}{'points':>8}{'accuracy':>10}{'robust':>9}{'seconds':>9}",
             f"{'clean':<28}{n:>8}{self.clean_accuracy:>10.4f}{self.clean_accuracy:>9.4f}{'':>9}",
         ]
@@ -95,13 +98,13 @@ class Evaluation:
             lines.append(
                 f"{name:<28}{r['n_points']:>8}{acc:>10}{r['robust_accuracy']:>9.4f}{r['seconds']:>9.1f}"
             )
+        lines += [f"{attack:<28}skipped: {reason}" for attack, reason in self.skipped]
         low, high = self.interval
         lines.append(
             f"robust accuracy {self.robust_accuracy:.4f} [{low:.4f}, {high:.4f}] ({METHOD}, n={n}; "
             f"clean {self.clean_accuracy:.4f}); "
             f"{self.n_forwards} forwards, {self.n_gradients} gradients, {self.seconds:.1f} s"
         )
-        lines += [f"skipped {attack}: {reason}" for attack, reason in self.skipped]
         if self.flags:
             lines.append("flags:")
             lines += [f"  [{f['name']}] {f['message']} ({f['reference']})" for f in self.flags]

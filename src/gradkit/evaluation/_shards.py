@@ -18,6 +18,8 @@ from gradkit.attacks import decide
 from gradkit.evaluation import _plan, _state, _suite, _versions
 from gradkit.evaluation._result import from_state
 
+_DERIVED = ("skipped",)  # settings that follow from the others (not part of a state file's fingerprint)
+
 
 @dataclasses.dataclass
 class Shard:
@@ -26,7 +28,8 @@ class Shard:
     Attributes:
         settings: dict, what must agree between shards of one evaluation: "model" (weights' SHA-256),
             "x", "y" (the whole data's digests), "n_total", "epsilons", "norm", "attacks", "seed",
-            "steps", "n_queries", "clip_values", "batch_size", "backend".
+            "steps", "n_queries", "clip_values", "batch_size", "backend", and "skipped" (`[attack, reason]`
+            of the version's attacks that did not run: a merge and shard.json keep them).
         start, stop: int, the rows held.
         labels, prediction: int64 `(stop - start,)`: the true and the clean predicted classes.
         states: one `_state.State` per eps (ascending); their `x_adv` is None once read from JSON.
@@ -59,6 +62,7 @@ class Shard:
             verbose=0,
             version=self.settings.get("version", "custom"),
             eot_iter=self.settings.get("eot_iter", 20),
+            skipped=tuple(tuple(s) for s in self.settings.get("skipped", ())),
         )
         return [
             from_state(
@@ -200,11 +204,12 @@ def evaluate_shard(
     block = config.batch_size or len(x)
     start, stop = _rows(rows, len(x), block)
     settings = _settings(model, x, labels, config, epsilons)
+    identity = {k: v for k, v in settings.items() if k not in _DERIVED}  # a state file's fingerprint
     xs, ys = x[start:stop], labels[start:stop]
     prediction = decide(model, xs, config.batch_size).astype(np.int64)
     state_path, states = _state.check_path(state_path), []
     for i, eps in enumerate(epsilons):
-        path, fp = _state_path(state_path, i, len(epsilons)), {**settings, "eps": eps, "rows": [start, stop]}
+        path, fp = _state_path(state_path, i, len(epsilons)), {**identity, "eps": eps, "rows": [start, stop]}
         state = _state.load(path, fp) if path else None
         if state is None:
             state = _suite.clean(model, xs, ys, config, prediction) if not states else _carry(states[-1])
@@ -230,4 +235,5 @@ def _settings(model, x, labels, config, epsilons):
         "n_total": len(x),
         "batch_size": config.batch_size,
         "backend": keras.backend.backend(),
+        "skipped": [list(s) for s in config.skipped],
     }
