@@ -64,6 +64,7 @@ class Config:
     eot_iter: int = 20
     surrogate: object = None
     skipped: tuple = ()  # (attack, reason) of a version's attacks not run
+    inputs: object = None  # `_scale.Inputs`: classes, features, the data's and the model's ranges
 
 
 def _expected():
@@ -179,8 +180,10 @@ def check_config(
     version=None,
     eot_iter=20,
     surrogate=None,
+    inputs=None,
 ):
-    """The checked `Config`; TypeError/ValueError in `gradkit._checks`' form for any bad argument."""
+    """The checked `Config` (`inputs`: its `_scale.Inputs`, kept as given); TypeError/ValueError in
+    `gradkit._checks`' form for any bad argument."""
     version, attacks = _versions.check_version(version, attacks, eot_iter)
     norm = _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS)
     skipped = ()
@@ -203,6 +206,7 @@ def check_config(
         steps=_checks.check_steps(steps),
         verbose=_checks.check_int(verbose, "verbose", minimum=0),
         entries=entries,
+        inputs=inputs,
     )
 
 

@@ -29,6 +29,7 @@ def report(shard, evaluations, info=None):
         "epsilons": [ev.eps for ev in evaluations],
         "n_points": shard.stop - shard.start,
         "skipped": last.to_dict()["skipped"],
+        "scale": last.scale,
         "results": results,
         "flags": list(flags.values()),
         "settings": settings,
@@ -76,11 +77,11 @@ def write_report(shard, out, *, info=None):
 
         evaluation.json   top-level "clean_accuracy" and "robust_accuracy" (at the largest eps), "eps",
                           "epsilons", "skipped" (`[attack, reason]` of the version's attacks that did
-                          not run), "results" (one per eps: accuracies, per-attack records, costs,
-                          flags, skipped), "flags" (each flag once, with its message and reference),
-                          "settings",
-                          "model" and "data" (SHA-256 digests), "rows", and what the caller adds
-                          (`info`: versions, sources)
+                          not run), "scale" (the largest eps against the input range, as
+                          `Evaluation.scale`), "results" (one per eps: accuracies, per-attack records,
+                          costs, flags, skipped, scale), "flags" (each flag once, with its message and
+                          reference), "settings", "model" and "data" (SHA-256 digests), "rows", and what
+                          the caller adds (`info`: versions, sources)
         samples.csv       per point: index, label, clean_prediction, robust (0/1, at the largest eps),
                           broken_by ("clean", the attack, or empty); with several eps also
                           broken_at_eps (the smallest eps that broke it; 0 for "clean", empty if none

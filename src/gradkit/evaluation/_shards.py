@@ -15,10 +15,13 @@ import numpy as np
 
 from gradkit import _checks
 from gradkit.attacks import decide
-from gradkit.evaluation import _plan, _state, _suite, _versions
+from gradkit.evaluation import _plan, _scale, _state, _suite, _versions
 from gradkit.evaluation._result import from_state
 
-_DERIVED = ("skipped",)  # settings that follow from the others (not part of a state file's fingerprint)
+_DERIVED = (
+    "skipped",
+    "inputs",
+)  # settings that follow from the others (not part of a state file's fingerprint)
 
 
 @dataclasses.dataclass
@@ -28,8 +31,10 @@ class Shard:
     Attributes:
         settings: dict, what must agree between shards of one evaluation: "model" (weights' SHA-256),
             "x", "y" (the whole data's digests), "n_total", "epsilons", "norm", "attacks", "seed",
-            "steps", "n_queries", "clip_values", "batch_size", "backend", and "skipped" (`[attack, reason]`
-            of the version's attacks that did not run: a merge and shard.json keep them).
+            "steps", "n_queries", "clip_values", "batch_size", "backend", "skipped" (`[attack, reason]`
+            of the version's attacks that did not run) and "inputs" (`_scale.Inputs.to_dict()` of all
+            the data: classes, features, the data's and the model's input ranges), which shard.json
+            and a merge keep.
         start, stop: int, the rows held.
         labels, prediction: int64 `(stop - start,)`: the true and the clean predicted classes.
         states: one `_state.State` per eps (ascending); their `x_adv` is None once read from JSON.
@@ -63,6 +68,7 @@ class Shard:
             version=self.settings.get("version", "custom"),
             eot_iter=self.settings.get("eot_iter", 20),
             skipped=tuple(tuple(s) for s in self.settings.get("skipped", ())),
+            inputs=_scale.Inputs.from_dict(self.settings.get("inputs")),
         )
         return [
             from_state(
@@ -197,6 +203,7 @@ def evaluate_shard(
         n_queries=n_queries,
         steps=steps,
         verbose=verbose,
+        inputs=_scale.inputs(model, x, classes),
     )
     if any(e.fn is not None for e in config.entries):
         _checks.fail("attacks", "registry attack names (a shard is saved and merged by name)", attacks)
@@ -236,4 +243,5 @@ def _settings(model, x, labels, config, epsilons):
         "batch_size": config.batch_size,
         "backend": keras.backend.backend(),
         "skipped": [list(s) for s in config.skipped],
+        "inputs": config.inputs.to_dict(),
     }

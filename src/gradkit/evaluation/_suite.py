@@ -6,7 +6,7 @@ import keras
 import numpy as np
 
 from gradkit import attacks as registry
-from gradkit.evaluation import _plan, _state, _versions
+from gradkit.evaluation import _plan, _scale, _state, _versions
 from gradkit.evaluation._entry_run import fooled, run_entry
 from gradkit.evaluation._result import from_state
 from gradkit.evaluation._stats import points_digest
@@ -138,6 +138,7 @@ def evaluate(
         n_queries=n_queries,
         steps=steps,
         verbose=verbose,
+        inputs=_scale.inputs(model, x, classes),
     )
     _plan.check_range(x, config.clip_values)
     state_path = _state.check_path(state_path)
