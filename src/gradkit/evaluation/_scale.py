@@ -180,16 +180,19 @@ def _range(values):
 
 
 def text(scale, eps, norm):
-    """The header's eps: "eps=0.0314 (Linf; 3.14% of the range [0, 1])", in L2 and L1 also its share of
-    the box's diameter; "eps=0.0314 (Linf)" when the range is unknown or empty."""
+    """The header's eps: "eps=0.0314 (Linf; 3.14% of the range [0, 1])"; in L2 and L1 its share of the
+    box's diameter ("eps=0.5 (L2; 0.902% of the box's L2 diameter 55.43: range [0, 1], 3072 features)");
+    "eps=0.0314 (Linf)" when the range is unknown or empty."""
     name = _checks.norm_name(norm).capitalize()
     if scale is None or scale["eps_of_range"] is None:
         return f"eps={eps:g} ({name})"
     whose = "the range" if scale["range_of"] == "clip_values" else "the data's range (no clip_values)"
-    out = f"eps={eps:g} ({name}; {share(scale['eps_of_range'])} of {whose} {_range(scale['range'])}"
-    if float(norm) != np.inf:
-        out += f", {share(scale['eps_of_diameter'])} of the box's {name} diameter {scale['diameter']:.4g}"
-    return out + ")"
+    if float(norm) == np.inf:
+        return f"eps={eps:g} ({name}; {share(scale['eps_of_range'])} of {whose} {_range(scale['range'])})"
+    diameter = f"{share(scale['eps_of_diameter'])} of the box's {name} diameter {scale['diameter']:.4g}"
+    return (
+        f"eps={eps:g} ({name}; {diameter}: {whose} {_range(scale['range'])}, {scale['n_features']} features)"
+    )
 
 
 def eps_flag(scale, norm, clean_accuracy, robust_accuracy):
@@ -207,10 +210,10 @@ def eps_flag(scale, norm, clean_accuracy, robust_accuracy):
         guess = f" (eps={eps / 255:.4g}, CLI: --eps {eps:g}/255, if it counted levels of 255)"
         whole = "the range" if float(norm) == np.inf else "that diameter"
         message = (
-            f"{where}: over a quarter of {whole}, so the eps-ball reaches far into other classes and robust "
-            "accuracy no longer measures robustness. eps is in the data's units: pass the share of the "
-            f"range you mean times its width{guess if eps > 1 >= hi - lo else ''}, or check clip_values "
-            "(CLI: --clip-values)."
+            f"{where}: over a quarter of {whole}, where the eps-ball may hold points of other classes "
+            "(0.3 on MNIST in [0, 1] is the largest budget in common use), so robust accuracy may not "
+            "measure robustness. eps is in the data's units: pass the share of the range you mean times "
+            f"its width{guess if eps > 1 >= hi - lo else ''}, or check clip_values (CLI: --clip-values)."
         )
         return flag("eps_large", message, CARLINI)
     if eps > 0 and share_d < EPS_SMALL and clean_accuracy > 0 and robust_accuracy >= clean_accuracy:
