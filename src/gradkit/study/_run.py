@@ -177,12 +177,17 @@ def _attack_all(trained, config, data, state, log, progress):
             bar.update(weight)
 
 
+_OWN_UNITS = ("eps_large", "data_out_of_range_for_model", "near_chance")  # the study's data, grid, training
+
+
 def _add_warnings(state, evaluations):
-    """Stores each model's flags once (by name), as "model (attack, eps=e): message"."""
+    """Stores each model's flags once (by name), as "model (attack, eps=e): message"; not the flags of
+    units and scale (`_OWN_UNITS`): the study scales its data to [0, 1] itself, its eps grid reaches
+    large eps on purpose, and it checks the clean accuracy after training (`_training_warnings`)."""
     seen = {(w["model"], w["name"]) for w in state["warnings"]}
     for ev in evaluations:
         for flag in ev["flags"]:
-            if (ev["model"], flag["name"]) not in seen:
+            if flag["name"] not in _OWN_UNITS and (ev["model"], flag["name"]) not in seen:
                 seen.add((ev["model"], flag["name"]))
                 state["warnings"].append(
                     {"model": ev["model"], "attack": ev["attack"], "eps": ev["eps"], **flag}
