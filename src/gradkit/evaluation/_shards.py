@@ -18,10 +18,8 @@ from gradkit.attacks import decide
 from gradkit.evaluation import _plan, _scale, _state, _suite, _versions
 from gradkit.evaluation._result import from_state
 
-_DERIVED = (
-    "skipped",
-    "inputs",
-)  # settings that follow from the others (not part of a state file's fingerprint)
+# settings that follow from the others (the model, the data, the version): not in a state's fingerprint
+_DERIVED = ("skipped", "inputs")
 
 
 @dataclasses.dataclass
