@@ -275,6 +275,75 @@ def test_state_resumes_without_rerunning_attacks(capsys, files, tmp_path, monkey
     assert (tmp_path / "a" / "samples.csv").read_text() == (tmp_path / "b" / "samples.csv").read_text()
 
 
+def test_a_two_class_model_reports_the_skipped_attacks_like_python(capsys, tmp_path):
+    """Issue 44: a 2-class model under "version standard" skips APGD-T and FAB-T; the printed header and
+    rows, evaluation.json (top level and per result) and a merge of --shard parts say so, as
+    `Evaluation.summary()` does."""
+    x, y = _data(24)
+    y = (y % 2).astype("int64")  # class 1 iff x0 > 0.5
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(2)])
+    kernel = np.zeros((6, 2), "float32")
+    kernel[0] = [-4, 4]  # logit 1 - logit 0 = 8 (x0 - 0.5)
+    model.set_weights([kernel, np.array([2, -2], "float32")])
+    model.save(tmp_path / "two.keras")
+    np.savez(tmp_path / "two.npz", x=x, y=y)
+    args = [str(tmp_path / "two.keras"), str(tmp_path / "two.npz"), "--eps", "0.05", "--batch-size", "8"]
+    args += ["--steps", "2", "--n-queries", "10", "--no-progress"]
+    code, seen = _run(capsys, *args, "--out", str(tmp_path / "one"))
+    assert code == 0, seen.err
+    ev = gradkit.evaluate(model, x, y, eps=0.05, clip_values=(0, 1), batch_size=8, steps=2, n_queries=10,
+                          verbose=0)  # fmt: skip
+    skipped = [["apgd-t", "needs at least 4 classes; the model has 2"],
+               ["fab-t", "needs at least 3 classes; the model has 2"]]  # fmt: skip
+    assert ev.skipped == skipped and ev.clean_accuracy == 1.0
+    printed, expected = seen.out.splitlines(), ev.summary().splitlines()
+    assert printed[0] == expected[0] and printed[0].endswith("version standard (apgd-t, fab-t skipped)")
+    rows = [line for line in printed if "skipped:" in line]
+    assert len(rows) == 2 and rows == [line for line in expected if "skipped:" in line]
+    for k in (1, 2):
+        assert _run(capsys, *args, "--shard", f"{k}/2", "--out", str(tmp_path / f"part{k}"))[0] == 0
+    parts = [str(tmp_path / "part1"), str(tmp_path / "part2")]
+    code = cli.main(["merge", *parts, "--out", str(tmp_path / "all")])
+    assert code == 0 and capsys.readouterr().out.splitlines()[0] == expected[0]
+    for folder in ("one", "part1", "all"):
+        report = json.loads((tmp_path / folder / "evaluation.json").read_text())
+        assert report["skipped"] == report["results"][0]["skipped"] == skipped, folder
+        assert list(report["results"][0]["per_attack"]) == ["apgd-ce", "square"]
+
+
+def test_issue_44_rows_1_and_2_are_flagged_with_the_fix(capsys, tmp_path):
+    """A Rescaling(1/255) model: [0, 1] data with --clip-values 0,255 (row 1) and uint8 data with --eps
+    8/255 (row 2) exit 0 with the flags that name the fix; the header shows eps against the range."""
+    x = np.random.default_rng(0).uniform(0, 1, (32, 6)).astype("float32")
+    y = (x[:, 0] > 0.5).astype("int64") + 2 * (x[:, 1] > 0.5)
+    kernel = np.zeros((6, 4), "float32")
+    kernel[0], kernel[1] = [-20, 20, -20, 20], [-20, -20, 20, 20]  # class (u0 > .5) + 2 (u1 > .5), u = x/255
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Rescaling(1 / 255), keras.layers.Dense(4)])
+    model.layers[-1].set_weights([kernel, -0.5 * kernel.sum(axis=0)])
+    model.save(tmp_path / "pixels.keras")
+    np.savez(tmp_path / "unit.npz", x=x, y=y)
+    np.savez(tmp_path / "uint8.npz", x=np.round(x * 255).astype("uint8"), y=y)
+    common = "--clip-values 0,255 --steps 2 --n-queries 10 --batch-size 16 --no-progress".split()
+    for data, eps, flags, fix in (
+        ("unit", "8", ["near_chance", "data_out_of_range_for_model"], "Multiply the data by 255"),
+        ("uint8", "8/255", ["eps_large"], "pass eps=8 (CLI: --eps 8)"),
+    ):
+        out = tmp_path / data
+        args = [str(tmp_path / "pixels.keras"), str(tmp_path / f"{data}.npz"), "--eps", eps, *common]
+        code, seen = _run(capsys, *args, "--out", str(out))
+        assert code == 0, seen.err
+        report = json.loads((out / "evaluation.json").read_text())
+        assert [f["name"] for f in report["flags"]] == flags, report["flags"]
+        assert fix in " ".join(f["message"] for f in report["flags"])
+        assert all(f["reference"] for f in report["flags"]) and f"[{flags[0]}]" in seen.out
+        assert report["scale"]["range"] == [0.0, 255.0] and report["scale"]["model_range"] == pytest.approx(
+            [0, 255]
+        )
+        assert "of the range [0, 255])" in seen.out.splitlines()[0]
+    assert report["clean_accuracy"] == report["robust_accuracy"] == 1.0  # row 2: no point moved
+    assert report["scale"]["eps_of_range"] == pytest.approx(8 / 255**2)
+
+
 @pytest.mark.parametrize("command", ["evaluate", "merge"])
 def test_help_imports_no_keras_and_no_backend(command):
     proc = subprocess.run(

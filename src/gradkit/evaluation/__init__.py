@@ -13,6 +13,7 @@ References:
 
 from gradkit.evaluation._curve import robustness_curve
 from gradkit.evaluation._flags import check_curve
+from gradkit.evaluation._flags import near_chance
 from gradkit.evaluation._merge import merge_shards
 from gradkit.evaluation._min_norm import MinNormResult
 from gradkit.evaluation._min_norm import min_norm
@@ -41,6 +42,7 @@ __all__ = [
     "merge_shards",
     "min_norm",
     "MinNormResult",
+    "near_chance",
     "paired_comparison",
     "read_shard",
     "robustness_curve",

@@ -1,10 +1,11 @@
 """Signs that an attack failed, so that a robust accuracy may be an overestimate.
 
 Each flag is a dict `{"name", "message", "reference"}`, computed from what the run already measured (no
-extra attack): zero input gradients, log-probabilities standing in for logits, a randomized forward pass,
-a later attack breaking points an iterative gradient attack could not, an ensemble that is one network;
-and, over several evaluations (`check_curve`), robust accuracy rising with eps or an unbounded eps that
-leaves points robust.
+extra attack): clean accuracy near chance, zero input gradients, log-probabilities standing in for
+logits, a randomized forward pass, a later attack breaking points an iterative gradient attack could
+not, an ensemble that is one network; and, over several evaluations (`check_curve`), robust accuracy
+rising with eps or an unbounded eps that leaves points robust. The flags of eps and input units are in
+`_scale`.
 
 References:
     Carlini, Athalye, Papernot, Brendel, Rauber, Tsipras, Goodfellow, Madry & Kurakin (2019), "On
@@ -35,11 +36,26 @@ TRAMER = (
 _ITERATIVE = tuple(name for name, attack in TABLE.items() if attack.ascent)  # APGD, PGD, BIM
 MASKING_SHARE = 0.01  # Square must break more than this share of the points it attacks to flag masking
 MASKING_MIN_POINTS = 2  # ... and at least this many
+NEAR_CHANCE = 0.25  # clean accuracy under this share of the way from chance to 1 is flagged
 
 
 def flag(name, message, reference):
     """One flag: `{"name": str, "message": str, "reference": str}`."""
     return {"name": name, "message": message, "reference": reference}
+
+
+def near_chance(accuracy, n_classes, why="the model barely learned the task", hint="train it further"):
+    """Flag `near_chance` when the clean accuracy is less than a quarter of the way from chance (1/K for K
+    = `n_classes`) to 1, or None: robust accuracies of a model that barely does the task mean nothing.
+    `why` and `hint`: the likely cause and the fix, in the message."""
+    chance = 1.0 / n_classes
+    if accuracy >= chance + NEAR_CHANCE * (1.0 - chance):
+        return None
+    message = (
+        f"clean accuracy {accuracy:.3f}, near chance ({chance:.3f} for {n_classes} classes): {why}, so its "
+        f"robust accuracies mean nothing; {hint}."
+    )
+    return flag("near_chance", message, CARLINI)
 
 
 def zero_gradient(mask):

@@ -66,6 +66,7 @@ class Config:
     surrogate: object = None
     skipped: tuple = ()  # (attack, reason) of a version's attacks not run
     certify: str | None = None  # the bound method of the certified side ("ibp", "crown") or None
+    inputs: object = None  # `_scale.Inputs`: classes, features, the data's and the model's ranges
 
 
 def _expected():
@@ -185,8 +186,10 @@ def check_config(
     eot_iter=20,
     surrogate=None,
     certify=None,
+    inputs=None,
 ):
-    """The checked `Config`; TypeError/ValueError in `gradkit._checks`' form for any bad argument."""
+    """The checked `Config` (`inputs`: its `_scale.Inputs`, kept as given); TypeError/ValueError in
+    `gradkit._checks`' form for any bad argument."""
     version, attacks = _versions.check_version(version, attacks, eot_iter)
     norm = _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS)
     certify = _certified.check_method(certify, norm, model)
@@ -211,6 +214,7 @@ def check_config(
         steps=_checks.check_steps(steps),
         verbose=_checks.check_int(verbose, "verbose", minimum=0),
         entries=entries,
+        inputs=inputs,
     )
 
 

@@ -28,6 +28,8 @@ def report(shard, evaluations, info=None):
         "eps": last.eps,
         "epsilons": [ev.eps for ev in evaluations],
         "n_points": shard.stop - shard.start,
+        "skipped": last.to_dict()["skipped"],
+        "scale": last.scale,
         "results": results,
         "flags": list(flags.values()),
         "settings": settings,
@@ -74,10 +76,12 @@ def write_report(shard, out, *, info=None):
     """Writes samples.csv, shard.json (a part of the points only), then evaluation.json to `out`.
 
         evaluation.json   top-level "clean_accuracy" and "robust_accuracy" (at the largest eps), "eps",
-                          "epsilons", "results" (one per eps: accuracies, per-attack records, costs,
-                          flags), "flags" (each flag once, with its message and reference), "settings",
-                          "model" and "data" (SHA-256 digests), "rows", and what the caller adds
-                          (`info`: versions, sources)
+                          "epsilons", "skipped" (`[attack, reason]` of the version's attacks that did
+                          not run), "scale" (the largest eps against the input range, as
+                          `Evaluation.scale`), "results" (one per eps: accuracies, per-attack records,
+                          costs, flags, skipped, scale), "flags" (each flag once, with its message and
+                          reference), "settings", "model" and "data" (SHA-256 digests), "rows", and what
+                          the caller adds (`info`: versions, sources)
         samples.csv       per point: index, label, clean_prediction, robust (0/1, at the largest eps),
                           broken_by ("clean", the attack, or empty); with several eps also
                           broken_at_eps (the smallest eps that broke it; 0 for "clean", empty if none

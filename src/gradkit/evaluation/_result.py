@@ -5,8 +5,14 @@ import dataclasses
 import numpy as np
 
 from gradkit import _checks
-from gradkit.evaluation import _certified, _flags
+from gradkit.evaluation import _certified, _flags, _scale
 from gradkit.evaluation._stats import METHOD, wilson_interval
+
+_WHY = (
+    "the model barely does the task on these points (untrained, or given data in other units, layout or "
+    "label order than it was trained on)"
+)
+_HINT = "compare with its accuracy after training, and check the data's range against clip_values"
 
 
 @dataclasses.dataclass(repr=False)
@@ -28,7 +34,9 @@ class Evaluation:
         n_forwards: int, rows evaluated without a gradient (forward passes), clean predictions included.
         n_gradients: int, rows evaluated with an input gradient.
         seconds: float, wall time, summed over resumed runs.
-        flags: list of dicts {"name", "message", "reference"}: signs of attack failure.
+        flags: list of dicts {"name", "message", "reference"}: signs of attack failure, and of a model,
+            data or eps in other units than assumed ("near_chance", "eps_large",
+            "data_out_of_range_for_model"); a flag explains, it refuses nothing.
         eps: float, the perturbation budget; norm: `np.inf`, 2.0 or 1.0.
         attacks: list of the attack names, in cascade order.
         backend: str, the Keras backend that ran it.
@@ -40,6 +48,12 @@ class Evaluation:
             classes).
         certified: bool `(n,)` or None: the points certified robust at eps (`certify=`), a lower bound
             of `robust`; certify: the bound method ("ibp", "crown") or None.
+        scale: dict or None, eps against the input range: "range" `[lo, hi]` (`clip_values`, or the
+            data's [min, max] when None: "range_of" "clip_values" or "data"), "eps", "eps_of_range"
+            (eps / (hi - lo)), "diameter" (the box's diameter in the norm: `(hi - lo) * d ** (1 / p)`
+            over the d input features; hi - lo in Linf) and "eps_of_diameter", "data_range", "model_range"
+            (the range the model's first Rescaling/Normalization layers imply, or None), "model_layers",
+            "n_classes", "n_features".
 
     The property `interval` is the 95% Wilson score interval of `robust_accuracy` on the `n` points.
     """
@@ -62,6 +76,7 @@ class Evaluation:
     points: str | None = None
     version: str = "custom"
     skipped: list = dataclasses.field(default_factory=list)
+    scale: dict | None = None
     certified: np.ndarray | None = None
     certify: str | None = None
 
@@ -105,12 +120,15 @@ class Evaluation:
         return out
 
     def summary(self):
-        """The result as a text table: one row per attack (points attacked, its accuracy on them, robust
-        accuracy after it), then the totals and the flags."""
+        """The result as a text table: the header (backend, points, eps in input units and as a share of
+        the range, version and the version's attacks skipped), one row per attack (points attacked, its
+        accuracy on them, robust accuracy after it; a skipped attack: the reason), then the totals and the
+        flags."""
         n = len(self.robust)
-        norm = _checks.norm_name(self.norm).capitalize()
+        skipped = f" ({', '.join(a for a, _ in self.skipped)} skipped)" if self.skipped else ""
         lines = [
-            f"Evaluation ({self.backend}): {n} points, eps={self.eps:g} ({norm}), version {self.version}",
+            f"Evaluation ({self.backend}): {n} points, {_scale.text(self.scale, self.eps, self.norm)}, "
+            f"version {self.version}{skipped}",
             f"{'attack':<28}{'points':>8}{'accuracy':>10}{'robust':>9}{'seconds':>9}",
             f"{'clean':<28}{n:>8}{self.clean_accuracy:>10.4f}{self.clean_accuracy:>9.4f}{'':>9}",
         ]
@@ -119,6 +137,7 @@ class Evaluation:
             lines.append(
                 f"{name:<28}{r['n_points']:>8}{acc:>10}{r['robust_accuracy']:>9.4f}{r['seconds']:>9.1f}"
             )
+        lines += [f"{attack:<28}skipped: {reason}" for attack, reason in self.skipped]
         low, high = self.interval
         lines.append(
             f"robust accuracy {self.robust_accuracy:.4f} [{low:.4f}, {high:.4f}] ({METHOD}, n={n}; "
@@ -131,7 +150,6 @@ class Evaluation:
                 f"certified accuracy {self.certified_accuracy:.4f} [{c_low:.4f}, {c_high:.4f}] "
                 f"({self.certify}): robust accuracy lies between it and {self.robust_accuracy:.4f}"
             )
-        lines += [f"skipped {attack}: {reason}" for attack, reason in self.skipped]
         if self.flags:
             lines.append("flags:")
             lines += [f"  [{f['name']}] {f['message']} ({f['reference']})" for f in self.flags]
@@ -156,7 +174,13 @@ def from_state(state, config, *, weights=(), shares=None, backend, certified=Non
     `(K, n)` of an ensemble, or None; `backend`: the Keras backend's name; `certified`: bool `(n,)` of
     the certified points or None; `start`: the index of the first point (in the flags' messages).
     """
+    scale = _scale.scale(config)
+    robust_accuracy = float(state.robust.mean())
+    classes = config.inputs.classes if config.inputs is not None else 0
     found = [
+        _flags.near_chance(state.clean_accuracy, classes, _WHY, _HINT) if classes else None,
+        _scale.eps_flag(scale, config.norm, state.clean_accuracy, robust_accuracy),
+        _scale.range_flag(config.inputs, config.clip_values),
         _flags.zero_gradient(state.zero_gradient),
         _flags.no_gradient(state.per_attack),
         _flags.probabilities(state.from_probabilities),
@@ -169,7 +193,7 @@ def from_state(state, config, *, weights=(), shares=None, backend, certified=Non
     ]
     return Evaluation(
         clean_accuracy=state.clean_accuracy,
-        robust_accuracy=float(state.robust.mean()),
+        robust_accuracy=robust_accuracy,
         robust=state.robust.copy(),
         broken_by=list(state.broken_by),
         x_adv=state.x_adv,
@@ -187,4 +211,5 @@ def from_state(state, config, *, weights=(), shares=None, backend, certified=Non
         skipped=[list(s) for s in config.skipped],
         certified=None if certified is None else np.asarray(certified, bool).copy(),
         certify=config.certify if certified is not None else None,
+        scale=scale,
     )

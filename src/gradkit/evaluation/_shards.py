@@ -15,8 +15,11 @@ import numpy as np
 
 from gradkit import _checks
 from gradkit.attacks import decide
-from gradkit.evaluation import _plan, _state, _suite, _versions
+from gradkit.evaluation import _plan, _scale, _state, _suite, _versions
 from gradkit.evaluation._result import from_state
+
+# settings that follow from the others (the model, the data, the version): not in a state's fingerprint
+_DERIVED = ("skipped", "inputs")
 
 
 @dataclasses.dataclass
@@ -26,7 +29,10 @@ class Shard:
     Attributes:
         settings: dict, what must agree between shards of one evaluation: "model" (weights' SHA-256),
             "x", "y" (the whole data's digests), "n_total", "epsilons", "norm", "attacks", "seed",
-            "steps", "n_queries", "clip_values", "batch_size", "backend".
+            "steps", "n_queries", "clip_values", "batch_size", "backend", "skipped" (`[attack, reason]`
+            of the version's attacks that did not run) and "inputs" (`_scale.Inputs.to_dict()` of all
+            the data: classes, features, the data's and the model's input ranges), which shard.json
+            and a merge keep.
         start, stop: int, the rows held.
         labels, prediction: int64 `(stop - start,)`: the true and the clean predicted classes.
         states: one `_state.State` per eps (ascending); their `x_adv` is None once read from JSON.
@@ -62,6 +68,8 @@ class Shard:
             verbose=0,
             version=self.settings.get("version", "custom"),
             eot_iter=self.settings.get("eot_iter", 20),
+            skipped=tuple(tuple(s) for s in self.settings.get("skipped", ())),
+            inputs=_scale.Inputs.from_dict(self.settings.get("inputs")),
         )
         return [
             from_state(
@@ -198,6 +206,7 @@ def evaluate_shard(
         n_queries=n_queries,
         steps=steps,
         verbose=verbose,
+        inputs=_scale.inputs(model, x, classes),
     )
     if any(e.fn is not None for e in config.entries):
         _checks.fail("attacks", "registry attack names (a shard is saved and merged by name)", attacks)
@@ -205,11 +214,12 @@ def evaluate_shard(
     block = config.batch_size or len(x)
     start, stop = _rows(rows, len(x), block)
     settings = _settings(model, x, labels, config, epsilons)
+    identity = {k: v for k, v in settings.items() if k not in _DERIVED}  # a state file's fingerprint
     xs, ys = x[start:stop], labels[start:stop]
     prediction = decide(model, xs, config.batch_size).astype(np.int64)
     state_path, states = _state.check_path(state_path), []
     paths = [_state_path(state_path, i, len(epsilons)) for i in range(len(epsilons))]
-    fps = [{**settings, "eps": eps, "rows": [start, stop]} for eps in epsilons]
+    fps = [{**identity, "eps": eps, "rows": [start, stop]} for eps in epsilons]
     loaded = [_state.load(path, fp) if path else None for path, fp in zip(paths, fps)]  # before any attack
     names = [e.name for e in config.entries]
     resumed = [
@@ -243,4 +253,6 @@ def _settings(model, x, labels, config, epsilons):
         "n_total": len(x),
         "batch_size": config.batch_size,
         "backend": keras.backend.backend(),
+        "skipped": [list(s) for s in config.skipped],
+        "inputs": config.inputs.to_dict(),
     }

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 
 from gradkit import attacks as registry
-from gradkit.evaluation import _certified, _plan, _state, _versions
+from gradkit.evaluation import _certified, _plan, _scale, _state, _versions
 from gradkit.evaluation._entry_run import fooled, run_entry
 from gradkit.evaluation._result import from_state
 from gradkit.evaluation._stats import points_digest
@@ -149,6 +149,7 @@ def evaluate(
         steps=steps,
         verbose=verbose,
         certify=certify,
+        inputs=_scale.inputs(model, x, classes),
     )
     _plan.check_range(x, config.clip_values)
     state_path = _state.check_path(state_path)

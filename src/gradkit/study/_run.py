@@ -24,6 +24,7 @@ from gradkit._diagnostic_plots import plot_training_diagnostics
 from gradkit.attacks import decide
 from gradkit.backend import enable_determinism
 from gradkit.errors import WorseThanRandomError
+from gradkit.evaluation import near_chance
 from gradkit.gradients import as_ensemble
 from gradkit.plotting import plot_robustness
 from gradkit.study import _attack, _compare, _outdir
@@ -140,30 +141,13 @@ def _trained(name, config, data, state, progress, log):
 
 def _training_warnings(name, accuracy, n_classes, config):
     """`[near_chance]` when the clean test accuracy is less than a quarter of the way from chance
-    (1/K) to 1: the model barely learned the task, so its robust accuracies say nothing."""
-    chance = 1.0 / n_classes
-    if accuracy >= chance + 0.25 * (1.0 - chance):
-        return []
+    (1/K) to 1 (`gradkit.evaluation.near_chance`): the model barely learned the task, so its robust
+    accuracies say nothing."""
     hint = "more --epochs"
     if name.startswith("adv_"):
         hint = f"adversarial training at eps {config.adv_eps:g} did not learn: a smaller --adv-eps or {hint}"
-    message = (
-        f"clean accuracy {accuracy:.3f}, near chance ({chance:.3f} for {n_classes} classes): the model "
-        f"barely learned the task, so its robust accuracies mean nothing; {hint}."
-    )
-    reference = (
-        "Carlini et al. (2019), On Evaluating Adversarial Robustness, https://arxiv.org/abs/1902.06705"
-    )
-    return [
-        {
-            "model": name,
-            "attack": "training",
-            "eps": 0.0,
-            "name": "near_chance",
-            "message": message,
-            "reference": reference,
-        }
-    ]
+    found = near_chance(accuracy, n_classes, hint=hint)
+    return [] if found is None else [{"model": name, "attack": "training", "eps": 0.0, **found}]
 
 
 def _attack_all(trained, config, data, state, log, progress):
@@ -193,12 +177,17 @@ def _attack_all(trained, config, data, state, log, progress):
             bar.update(weight)
 
 
+_OWN_UNITS = ("eps_large", "data_out_of_range_for_model", "near_chance")  # the study's data, grid, training
+
+
 def _add_warnings(state, evaluations):
-    """Stores each model's flags once (by name), as "model (attack, eps=e): message"."""
+    """Stores each model's flags once (by name), as "model (attack, eps=e): message"; not the flags of
+    units and scale (`_OWN_UNITS`): the study scales its data to [0, 1] itself, its eps grid reaches
+    large eps on purpose, and it checks the clean accuracy after training (`_training_warnings`)."""
     seen = {(w["model"], w["name"]) for w in state["warnings"]}
     for ev in evaluations:
         for flag in ev["flags"]:
-            if (ev["model"], flag["name"]) not in seen:
+            if flag["name"] not in _OWN_UNITS and (ev["model"], flag["name"]) not in seen:
                 seen.add((ev["model"], flag["name"]))
                 state["warnings"].append(
                     {"model": ev["model"], "attack": ev["attack"], "eps": ev["eps"], **flag}
