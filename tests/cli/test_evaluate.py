@@ -504,3 +504,43 @@ def test_a_changed_command_in_the_same_out_names_what_changed(capsys, files, tmp
     code, seen = _run(capsys, *args, "--seed", "4", "--state", state, "--out", str(out))
     assert code == 2 and f"{state} holds the state of another evaluation (changed: --seed)" in seen.err
     assert "use another --state, or delete it and its .npz files" in seen.err
+
+
+def test_certify_adds_a_certified_column_that_shards_and_merge_keep(capsys, files, tmp_path):
+    """--certify crown: samples.csv's certified column equals gradkit.certify point for point, it never
+    exceeds robust, evaluation.json holds the certified accuracy, and two merged shards equal one run."""
+    args = [files["model"], files["data"], "--eps", "0.02,0.05", "--attacks", "apgd-ce", "--certify", "crown"]
+    code, seen = _run(capsys, *args, *ATTACK, "--out", str(tmp_path / "one"))
+    assert code == 0, seen.err
+    assert "certified accuracy" in seen.out
+    rows = _samples(tmp_path / "one")
+    model = keras.saving.load_model(files["model"])
+    direct = gradkit.certify(model, files["x"], files["y"], 0.05, method="crown", clip_values=(0, 1))
+    assert [r["certified"] == "1" for r in rows] == direct.certified.tolist()
+    assert all(r["robust"] == "1" for r in rows if r["certified"] == "1")
+    report = json.loads((tmp_path / "one" / "evaluation.json").read_text())
+    assert report["certified_accuracy"] == pytest.approx(direct.certified_accuracy)
+    assert report["certified_accuracy"] <= report["robust_accuracy"]
+    for k in (1, 2):
+        assert _run(capsys, *args, *ATTACK, "--shard", f"{k}/2", "--out", str(tmp_path / f"p{k}"))[0] == 0
+    code = cli.main(["merge", str(tmp_path / "p1"), str(tmp_path / "p2"), "--out", str(tmp_path / "all")])
+    assert code == 0, capsys.readouterr().err
+    assert (tmp_path / "all" / "samples.csv").read_text() == (tmp_path / "one" / "samples.csv").read_text()
+
+
+def test_certify_refuses_l1_naming_the_flag(capsys, files, tmp_path):
+    out = tmp_path / "out"
+    args = [
+        files["model"],
+        files["data"],
+        "--eps",
+        "0.1",
+        "--norm",
+        "l1",
+        "--certify",
+        "ibp",
+        "--out",
+        str(out),
+    ]
+    code, seen = _run(capsys, *args, *ATTACK)
+    assert code == 2 and "--certify" in seen.err and "Linf and L2" in seen.err and not out.exists()

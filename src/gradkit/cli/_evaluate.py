@@ -74,6 +74,12 @@ def add_parser(commands):
         default="standard",
         help="AutoAttack's version: standard (APGD-CE, APGD-T, FAB-T, Square), plus, rand (EOT)",
     )
+    add(
+        "--certify",
+        choices=["ibp", "crown"],
+        help="also certify every point (Linf, L2) by bound propagation: a certified accuracy beside the "
+        "robust one, a certified column in samples.csv (default: none)",
+    )
     add("--eot-iter", type=int, default=20, help="rand: gradients averaged per step (default: 20)")
     add("--attacks", type=word_list, help="comma-separated attacks instead of the version's (apgd-ce, ...)")
     add("--n-points", type=int, help="evaluate the first N points only (default: all)")
@@ -204,6 +210,7 @@ def _prepare(args, inputs):
         "n_queries": args.n_queries,
         "verbose": 0 if args.no_progress else 1,
         "eot_iter": args.eot_iter,
+        "certify": args.certify,
     }
     if args.shard is not None:
         k, n = args.shard

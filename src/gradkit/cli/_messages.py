@@ -27,6 +27,7 @@ EVALUATE = {
     "n_queries": "--n-queries",
     "clip_values": "--clip-values",
     "rows": "--shard",
+    "certify": "--certify",
 }
 EVALUATE_ARGUMENTS = {"model": "`MODEL`", "x": "`x` of `DATA`", "y": "`y` of `DATA` (the labels)"}
 _INTEGERS = {  # dest -> (flag, minimum)

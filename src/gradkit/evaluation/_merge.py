@@ -35,7 +35,8 @@ def shard_to_dict(shard):
             "broken_by": list(s.broken_by),
             "zero_gradient": [bool(z) for z in s.zero_gradient],
         }
-        return {**arrays, **{k: getattr(s, k) for k in _SCALARS}}
+        certified = None if s.certified is None else [bool(c) for c in s.certified]
+        return {**arrays, **{k: getattr(s, k) for k in _SCALARS}, "certified": certified}
 
     return {
         "settings": shard.settings,
@@ -59,6 +60,7 @@ def shard_from_dict(record):
                 None,
                 np.asarray(s["zero_gradient"], bool),
                 **{k: s[k] for k in _SCALARS},
+                certified=None if s.get("certified") is None else np.asarray(s["certified"], bool),
             )
             for s in record["states"]
         ]
@@ -138,6 +140,8 @@ def _merge_states(states, sizes, clean_accuracy):
     merged.finished = list(states[0].finished)
     merged.per_attack = _per_attack(states, sizes, n)
     merged.from_probabilities = list(dict.fromkeys(p for s in states for p in s.from_probabilities))
+    if all(s.certified is not None for s in states):
+        merged.certified = np.concatenate([s.certified for s in states])
     return merged
 
 

@@ -25,6 +25,7 @@ def report(shard, evaluations, info=None):
     return {
         "clean_accuracy": last.clean_accuracy,
         "robust_accuracy": last.robust_accuracy,
+        **({} if last.certified is None else {"certified_accuracy": last.certified_accuracy}),
         "eps": last.eps,
         "epsilons": [ev.eps for ev in evaluations],
         "n_points": shard.stop - shard.start,
@@ -57,6 +58,8 @@ def sample_rows(shard, evaluations):
             "robust": int(bool(last.robust[i])),
             "broken_by": last.broken_by[i] or "",
         }
+        if last.certified is not None:
+            row["certified"] = int(bool(last.certified[i]))
         if several:
             row["broken_at_eps"] = first.get(i, "")
         rows.append(row)
@@ -85,7 +88,8 @@ def write_report(shard, out, *, info=None):
         samples.csv       per point: index, label, clean_prediction, robust (0/1, at the largest eps),
                           broken_by ("clean", the attack, or empty); with several eps also
                           broken_at_eps (the smallest eps that broke it; 0 for "clean", empty if none
-                          did)
+                          did); with `certify`, certified (0/1 at the largest eps; evaluation.json
+                          then has "certified_accuracy" at the top level, and per result)
         shard.json        only for a part of the points (`--shard`): the `Shard` that `gradkit merge`
                           reads
 

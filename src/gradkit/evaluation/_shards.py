@@ -19,7 +19,7 @@ from gradkit.evaluation import _plan, _scale, _state, _suite, _versions
 from gradkit.evaluation._result import from_state
 
 # settings that follow from the others (the model, the data, the version): not in a state's fingerprint
-_DERIVED = ("skipped", "inputs")
+_DERIVED = ("skipped", "inputs", "certify")
 
 
 @dataclasses.dataclass
@@ -68,6 +68,7 @@ class Shard:
             verbose=0,
             version=self.settings.get("version", "custom"),
             eot_iter=self.settings.get("eot_iter", 20),
+            certify=self.settings.get("certify"),
             skipped=tuple(tuple(s) for s in self.settings.get("skipped", ())),
             inputs=_scale.Inputs.from_dict(self.settings.get("inputs")),
         )
@@ -78,6 +79,8 @@ class Shard:
                 weights=self.weights,
                 shares=self.shares,
                 backend=self.settings["backend"],
+                certified=state.certified,
+                start=self.start,
             )
             for eps, state in zip(self.settings["epsilons"], self.states)
         ]
@@ -167,11 +170,13 @@ def evaluate_shard(
     steps=100,
     verbose=1,
     tasks=None,
+    certify=None,
 ):
     """`gradkit.evaluate`'s cascade at every eps of `epsilons` on the rows `rows` of `x`.
 
     Args:
-        model, x, y, norm, version, attacks, eot_iter, clip_values, seed, n_queries, steps, verbose: as
+        model, x, y, norm, version, attacks, eot_iter, clip_values, seed, n_queries, steps, verbose,
+            certify: as
             for `gradkit.evaluate` (callables in `attacks` and a `surrogate` are not supported here).
         epsilons: float >= 0 or a strictly increasing list of them; each eps attacks only the points
             every smaller one left robust.
@@ -207,6 +212,7 @@ def evaluate_shard(
         steps=steps,
         verbose=verbose,
         inputs=_scale.inputs(model, x, classes),
+        certify=certify,
     )
     if any(e.fn is not None for e in config.entries):
         _checks.fail("attacks", "registry attack names (a shard is saved and merged by name)", attacks)
@@ -239,6 +245,7 @@ def evaluate_shard(
             tasks.finish()
             if path and tasks.stolen:  # what other processes ran of this one's blocks is folded in now
                 _state.save(path, fp, state)
+        state.certified = _suite.certified_of(model, xs, ys, eps_config)
         states.append(state)
     shares = _suite.shares_of(model, xs, ys, config)
     return Shard(settings, start, stop, ys, prediction, states, _suite.weights(model), shares, resumed)
@@ -255,4 +262,5 @@ def _settings(model, x, labels, config, epsilons):
         "backend": keras.backend.backend(),
         "skipped": [list(s) for s in config.skipped],
         "inputs": config.inputs.to_dict(),
+        "certify": config.certify,
     }

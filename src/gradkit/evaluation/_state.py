@@ -56,6 +56,7 @@ class State:
     finished: list = dataclasses.field(default_factory=list)
     per_attack: dict = dataclasses.field(default_factory=dict)
     from_probabilities: list = dataclasses.field(default_factory=list)
+    certified: np.ndarray | None = None  # bool (n,): certified at eps (`certify=`), after the cascade
     blocks: dict = dataclasses.field(default_factory=dict)
 
 
@@ -243,7 +244,7 @@ def _write_npz(path, state, rows=None):
 
 
 def _fields(state):
-    skip = {"robust", "broken_by", "x_adv", "zero_gradient"}
+    skip = {"robust", "broken_by", "x_adv", "zero_gradient", "certified"}  # certified: recomputed
     return {f.name: getattr(state, f.name) for f in dataclasses.fields(state) if f.name not in skip}
 
 

@@ -160,7 +160,7 @@ def evaluate(
         state = clean(model, x, labels, config)
     cascade(model, x, labels, config, state, state_path=state_path, fp=fp, start=start)
     shares = shares_of(model, x, labels, config)
-    certified = certified_of(model, x, labels, config)
+    state.certified = certified = certified_of(model, x, labels, config)
     result = from_state(
         state,
         config,
