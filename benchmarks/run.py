@@ -19,6 +19,7 @@ MODULES = [
     "bench_processes",
     "bench_smoothing",
     "bench_torch_module",
+    "bench_certify",
 ]
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ def _linear(n_classes=3, d=4, seed=0):
 
 
 @pytest.mark.parametrize("norm, dual", [("linf", 1), ("l2", 2)])
-@pytest.mark.parametrize("method", ["ibp", "crown"])
+@pytest.mark.parametrize("method", ["ibp", "crown-ibp", "crown"])
 def test_linear_model_certificate_is_the_exact_distance(norm, dual, method):
     model, x = _linear()
     w, b = (v.numpy() if hasattr(v, "numpy") else np.asarray(v) for v in model.layers[0].get_weights())
@@ -123,14 +123,27 @@ def _logits(model, x):
     return np.asarray(keras.ops.convert_to_numpy(cut(x, training=False))) @ w + b
 
 
+def z_in(low, high, model, x, eps, clip, rng, draws=20):
+    """Per draw, whether the logits of sampled points of the set (corners and inside) lie in the bounds."""
+    out = []
+    for k in range(draws):
+        step = rng.uniform(-eps, eps, x.shape) if k % 2 else eps * np.sign(rng.randn(*x.shape))
+        z = _logits(model, np.clip(x + step, *clip).astype(np.float32))
+        out.append(bool(np.all(z >= low - 1e-4) and np.all(z <= high + 1e-4)))
+    return out
+
+
 def test_bounds_contain_sampled_logits_and_crown_sits_inside_ibp():
     model, shape = _cnn()
     rng = np.random.RandomState(5)
     x = rng.rand(4, *shape).astype(np.float32)
     eps, clip = 0.05, (0.0, 1.0)
     ibp_low, ibp_high = output_bounds(model, x, eps, method="ibp", clip_values=clip)
+    mid_low, mid_high = output_bounds(model, x, eps, method="crown-ibp", clip_values=clip)
     low, high = output_bounds(model, x, eps, method="crown", clip_values=clip)
+    assert np.all(mid_low >= ibp_low - 1e-5) and np.all(mid_high <= ibp_high + 1e-5)
     assert np.all(low >= ibp_low - 1e-5) and np.all(high <= ibp_high + 1e-5)
+    assert np.all(z_in(mid_low, mid_high, model, x, eps, clip, rng))
     assert np.mean(high - low) < np.mean(ibp_high - ibp_low)
     for k in range(40):
         step = rng.uniform(-eps, eps, x.shape) if k % 2 else eps * np.sign(rng.randn(*x.shape))
@@ -205,3 +218,20 @@ def test_gradkit_certify_is_the_function_after_the_package_is_imported():
 
     assert gradkit.smooth is gradkit.certificates.smooth
     assert callable(gradkit.certify) and gradkit.certify is certify
+
+
+@pytest.mark.parametrize("pool", [dict(pool_size=3, strides=1, padding="same"), dict(pool_size=3, strides=2)])
+def test_overlapping_max_pools_are_bounded_soundly(pool):
+    keras.utils.set_random_seed(8)
+    inp = keras.Input((5, 5, 2))
+    h = layers.MaxPooling2D(**pool)(layers.Conv2D(3, 3, padding="same", activation="relu")(inp))
+    model = keras.Model(inp, layers.Dense(3)(layers.Flatten()(h)))
+    rng = np.random.RandomState(9)
+    x = rng.rand(4, 5, 5, 2).astype(np.float32)
+    ibp_low, ibp_high = output_bounds(model, x, 0.05, method="ibp", clip_values=(0, 1))
+    low, high = output_bounds(model, x, 0.05, method="crown", clip_values=(0, 1))
+    assert np.all(low >= ibp_low - 1e-5) and np.all(high <= ibp_high + 1e-5)
+    for k in range(30):
+        step = rng.uniform(-0.05, 0.05, x.shape) if k % 2 else 0.05 * np.sign(rng.randn(*x.shape))
+        z = np.asarray(keras.ops.convert_to_numpy(model(np.clip(x + step, 0, 1).astype(np.float32))))
+        assert np.all(z >= low - 1e-4) and np.all(z <= high + 1e-4)

@@ -51,23 +51,34 @@ def relaxation(step, lo, up):
     return a_low, ops.zeros_like(lo), a_up, b_up
 
 
+def _members(windows):
+    """int32 `(d_out, k)`: the inputs of each window (a window of fewer than k repeats its first)."""
+    k = int(windows.sum(axis=0).max())
+    rows = []
+    for j in range(windows.shape[1]):
+        inside = np.flatnonzero(windows[:, j])
+        rows.append(np.concatenate([inside, np.full(k - len(inside), inside[0])]))
+    return np.array(rows, dtype="int32")
+
+
 def maxpool_rule(step, lo, up):
-    """`(best, exact, top)`: the input with the largest lower bound in each window (a one-hot `(n, d_out,
-    d_in)`, or where no input is in two windows its flat index `(n, d_out)`), whether it dominates its
-    window (`(n, d_out)`: its lower bound is above every other upper bound), the window's top upper bound."""
-    windows = step.windows
-    inside = ops.expand_dims(ops.convert_to_tensor(windows), 0)
-    low = ops.where(inside, ops.expand_dims(lo, 2), -float("inf"))
-    best = ops.argmax(low, axis=1)
-    pick = ops.one_hot(best, ops.shape(lo)[1], dtype=lo.dtype)  # (n, d_out, d_in)
-    others = ops.where(
-        ops.logical_and(inside, ops.transpose(pick, (0, 2, 1)) < 0.5), ops.expand_dims(up, 2), -1e30
-    )
-    exact = ops.cast(ops.max(low, axis=1) >= ops.max(others, axis=1), lo.dtype)
-    top = ops.max(ops.where(inside, ops.expand_dims(up, 2), -float("inf")), axis=1)
-    if windows.sum(axis=1).max() > 1:  # overlapping windows: the one-hot form
-        return pick, exact, top
-    return best, exact, top
+    """`(best, exact, top)`: the input with the largest lower bound in each window (its flat index
+    `(n, d_out)`; a one-hot `(n, d_out, d_in)` where windows overlap), whether it dominates its window
+    (`(n, d_out)`: its lower bound is at least every other upper bound there), the window's top upper
+    bound. Read through each window's k inputs, `(n, d_out, k)`."""
+    members = _members(step.windows)
+    taken = ops.convert_to_tensor(members)
+    low, high = ops.take(lo, taken, axis=1), ops.take(up, taken, axis=1)  # (n, d_out, k)
+    slot = ops.argmax(low, axis=2)
+    chosen = ops.one_hot(slot, members.shape[1], dtype=lo.dtype)  # (n, d_out, k)
+    same = ops.convert_to_tensor((members[:, :, None] == members[:, None, :]).astype("float32"))
+    is_best = ops.einsum("njk,jkl->njl", chosen, ops.cast(same, lo.dtype)) > 0.5  # duplicates of it
+    exact = ops.cast(ops.max(low, axis=2) >= ops.max(ops.where(is_best, -1e30, high), axis=2), lo.dtype)
+    best = ops.sum(chosen * ops.cast(taken, lo.dtype), axis=2)
+    best = ops.cast(ops.round(best), "int32")
+    if step.windows.sum(axis=1).max() > 1:  # overlapping windows: the one-hot form
+        best = ops.one_hot(best, ops.shape(lo)[1], dtype=lo.dtype)
+    return best, exact, ops.max(high, axis=2)
 
 
 def _maxpool_back(step, positive, negative, rule):
@@ -126,16 +137,17 @@ def _both(plan, target, spec, box, bounds, matrices):
     return low[:, :s], -low[:, s:]
 
 
-def propagate(plan, box):
+def propagate(plan, box, intermediate=True):
     """`(bounds, matrices)`: IBP's flat bounds tightened by CROWN at every input of an activation or
-    max-pool, and the linear maps of the steps (affine: `(W, b)`; max-pool: its relaxation). An affine
-    layer on the input itself keeps IBP's bounds: they are exact for the norm there (`ibp`)."""
+    max-pool (with `intermediate=False`, IBP's as they are: CROWN-IBP), and the linear maps of the steps
+    (affine: `(W, b)`; max-pool: its relaxation). An affine layer on the input itself keeps IBP's
+    bounds: they are exact for the norm there (`ibp`)."""
     bounds = ibp.propagate(plan, box)
     matrices = {id(s): ibp.affine_matrix(s, plan) for s in plan.steps if s.kind == "affine"}
     tightened = {plan.input}
     tightened.update(s.output for s in plan.steps if s.kind == "affine" and s.inputs[0] == plan.input)
     for step in plan.steps:
-        if step.kind in _NONLINEAR and step.inputs[0] not in tightened:
+        if intermediate and step.kind in _NONLINEAR and step.inputs[0] not in tightened:
             value = step.inputs[0]
             lo, up = bounds[value]
             n, d = ops.shape(lo)
@@ -153,8 +165,10 @@ def propagate(plan, box):
     return bounds, matrices
 
 
-def lower_spec(plan, spec, box):
-    """The lower bound of `spec . z` for the logits z, float `(n, S)`, never below IBP's."""
-    bounds, matrices = propagate(plan, box)
+def lower_spec(plan, spec, box, intermediate=True):
+    """The lower bound of `spec . z` for the logits z, float `(n, S)`, never below IBP's; with
+    `intermediate=False` one backward pass from the margins on IBP's intermediate bounds (CROWN-IBP,
+    Zhang et al. 2020), whose cost is a few forward passes instead of one pass per neuron."""
+    bounds, matrices = propagate(plan, box, intermediate)
     low = lower_bound(plan, plan.output, spec, box, bounds, matrices)
     return ops.maximum(low, ibp.lower_spec(plan, bounds, spec, box))

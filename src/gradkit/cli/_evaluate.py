@@ -76,7 +76,7 @@ def add_parser(commands):
     )
     add(
         "--certify",
-        choices=["ibp", "crown"],
+        choices=["ibp", "crown-ibp", "crown"],
         help="also certify every point (Linf, L2) by bound propagation: a certified accuracy beside the "
         "robust one, a certified column in samples.csv (default: none)",
     )

@@ -13,12 +13,13 @@ from gradkit import _checks, certificates
 from gradkit.evaluation import _flags
 from gradkit.gradients import predict_classes
 
-METHODS = ("ibp", "crown")
+METHODS = ("ibp", "crown-ibp", "crown")
 NORMS = (np.inf, 2.0)
 
 
 def check_method(method, norm, model):
-    """`method` (None, "ibp" or "crown") checked against the norm and the model's layers, before any work."""
+    """`method` (None, "ibp", "crown-ibp" or "crown") checked against the norm and the model's layers,
+    before any work."""
     if method is None:
         return None
     method = _checks.check_choice(method, "certify", METHODS)
