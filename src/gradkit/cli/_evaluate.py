@@ -11,7 +11,7 @@ import os
 import sys
 
 from gradkit import _quiet
-from gradkit.cli import _messages, _torch_module
+from gradkit.cli import _messages, _resume, _torch_module
 from gradkit.cli._parser import eps_list, number_list, word_list
 from gradkit.errors import StateMismatchError
 
@@ -128,61 +128,6 @@ def _fail(message):
     return 2
 
 
-# what a state file's fingerprint keys are on this command line
-_CHANGED = {
-    "model": "MODEL (its weights)",
-    "x": "DATA (its inputs)",
-    "y": "DATA (its labels)",
-    "n_total": "--n-points",
-    "epsilons": "--eps",
-    "eps": "--eps",
-    "norm": "--norm",
-    "attacks": "--attacks or --version",
-    "version": "--version",
-    "eot_iter": "--eot-iter",
-    "seed": "--seed",
-    "steps": "--steps",
-    "n_queries": "--n-queries",
-    "clip_values": "--clip-values",
-    "batch_size": "--batch-size",
-    "backend": "KERAS_BACKEND",
-    "rows": "--shard",
-    "format": "the gradkit version that wrote it",
-}
-
-
-def _state_path(args):
-    """`--state`, else OUT/state/evaluation.json: where this run keeps its state."""
-    return args.state or os.path.join(args.out, "state", "evaluation.json")
-
-
-def _where(args):
-    """The state as the user names it: `--state FILE`, or the folder OUT/state."""
-    return args.state or os.path.dirname(_state_path(args))
-
-
-def _mismatch(error, args):
-    """The message for a state this run cannot resume from, in flags, with how to start afresh."""
-    if error.changed:
-        follow = {"rows", "x", "y"} if "n_total" in error.changed else set()  # the first N points' digests
-        changed = list(dict.fromkeys(_CHANGED.get(k, k) for k in error.changed if k not in follow))
-        what = f"the state of another evaluation (changed: {', '.join(changed)})"
-    else:
-        what = error.why.replace("an unreadable file", "an unreadable state file")
-    fresh = (
-        "another --state, or delete it and its .npz files" if args.state else "another --out, or delete it"
-    )
-    return f"{_where(args)} holds {what}. To start afresh, use {fresh}."
-
-
-def _resumed(shard, args):
-    """One line naming what a rerun took from the saved state, or None."""
-    if not shard.resumed:
-        return None
-    held = "; ".join(f"eps {eps:g}: {what}" for eps, what in shard.resumed)
-    return f"gradkit evaluate: resumed from {_where(args)}: {held}; nothing finished was redone."
-
-
 def _prepare(args, inputs):
     """`(model, x, y, options)` checked to be usable; InputError/ValueError/TypeError otherwise."""
     from gradkit import attacks, evaluation
@@ -247,22 +192,11 @@ def _evaluate(model, x, y, options, args):
     """`(shard, rank)`: one `--shard`, or all points across the launcher's processes (or this one)."""
     from gradkit import evaluation
 
-    path = _state_path(args)
+    path = _resume.state_path(args)
     if args.shard is not None:
         return evaluation.evaluate_shard(model, x, y, state_path=path, **options), 0
     shard, rank, _ = evaluation.evaluate_processes(model, x, y, state_path=path, **options)
     return shard, rank
-
-
-def _interrupted(args):
-    """The Ctrl-C message: where the state is kept, or that no block had finished yet."""
-    folder = os.path.dirname(os.path.abspath(_state_path(args)))
-    stem = os.path.splitext(os.path.basename(_state_path(args)))[0]
-    if os.path.isdir(folder) and any(name.startswith(stem) for name in os.listdir(folder)):
-        return (
-            f"gradkit evaluate: interrupted; state kept in {_where(args)}: rerun the same command to resume."
-        )
-    return "gradkit evaluate: interrupted before any attack finished a block: nothing to resume."
 
 
 def run(args):
@@ -285,16 +219,16 @@ def run(args):
         model, x, y, options = _prepare(args, _inputs)
         shard, rank = _evaluate(model, x, y, options, args)
     except StateMismatchError as err:
-        return _fail(_mismatch(err, args))
+        return _fail(_resume.mismatch(err, args))
     except (ValueError, TypeError) as err:  # the Python layer's parameters named as this command's flags
         return _fail(_messages.as_flags(err, _messages.EVALUATE, _messages.EVALUATE_ARGUMENTS))
     except KeyboardInterrupt:
-        print(_interrupted(args), file=sys.stderr)
+        print(_resume.interrupted(args), file=sys.stderr)
         return 130
     if rank:
         return 0
-    if _resumed(shard, args):
-        print(_resumed(shard, args), file=sys.stderr)
+    if _resume.resumed(shard, args):
+        print(_resume.resumed(shard, args), file=sys.stderr)
     info = {"versions": _inputs.versions(), "sources": {"model": args.model, "data": args.data}}
     if args.torch_module:
         info["sources"]["torch_module"] = args.torch_module
