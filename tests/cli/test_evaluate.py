@@ -1,7 +1,6 @@
 """`gradkit evaluate` and `gradkit merge`: the command line equals `gradkit.evaluate` point for point, shards
 merged equal one run, and bad input exits 2 with a message and writes nothing."""
 
-import csv
 import json
 import os
 import subprocess
@@ -13,6 +12,7 @@ import pytest
 
 import gradkit
 from gradkit import cli, evaluation
+from helpers.cli import run_evaluate, samples
 
 ATTACK = ["--steps", "4", "--n-queries", "20", "--batch-size", "16", "--seed", "3", "--no-progress"]
 OPTIONS = dict(clip_values=(0.0, 1.0), batch_size=16, seed=3, steps=4, n_queries=20, verbose=0)
@@ -46,14 +46,7 @@ def files(tmp_path_factory):
     return {"model": str(folder / "model.keras"), "data": str(folder / "test.npz"), "x": x_test, "y": y_test}
 
 
-def _run(capsys, *args):
-    code = cli.main(["evaluate", *args])
-    return code, capsys.readouterr()
-
-
-def _samples(out):
-    with open(out / "samples.csv", newline="") as f:
-        return list(csv.DictReader(f))
+_run, _samples = run_evaluate, samples
 
 
 def test_evaluate_equals_gradkit_evaluate_point_for_point(capsys, files, tmp_path):

@@ -2,7 +2,6 @@
 on PyTorch it equals `gradkit.evaluate` on the same network written in Keras, point for point; elsewhere,
 and for a state_dict without --torch-module, exit 2 with the fix named before Keras or torch is imported."""
 
-import csv
 import json
 import os
 import pathlib
@@ -13,9 +12,9 @@ import numpy as np
 import pytest
 
 import gradkit
-from gradkit import cli
 from gradkit.cli import _torch_module
 from helpers import torch_cnn
+from helpers.cli import run_evaluate, samples
 
 from conftest import BACKEND
 
@@ -25,14 +24,7 @@ ATTACK = ["--steps", "5", "--n-queries", "20", "--no-progress"]
 EVAL = dict(eps=0.05, steps=5, n_queries=20, clip_values=(0.0, 1.0), verbose=0)
 
 
-def _run(capsys, *args):
-    code = cli.main(["evaluate", *args])
-    return code, capsys.readouterr()
-
-
-def _samples(out):
-    with open(out / "samples.csv", newline="") as f:
-        return list(csv.DictReader(f))
+_run, _samples = run_evaluate, samples
 
 
 def _subprocess(code, tmp_path, **env):
