@@ -67,6 +67,7 @@ def test_linear_model_certificate_is_the_exact_distance(norm, dual, method):
         axis=1,
     )
     np.testing.assert_array_equal(cert.certified, radius > eps)  # certified = robust: the gap is zero
+    assert repr(cert).startswith(f"Certificate(certified_accuracy={cert.certified_accuracy:.4f}, n=40")
     assert cert.certified_accuracy == pytest.approx(np.mean(radius > eps))
 
 

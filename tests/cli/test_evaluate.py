@@ -511,6 +511,9 @@ def test_certify_adds_a_certified_column_that_shards_and_merge_keep(capsys, file
     direct = gradkit.certify(model, files["x"], files["y"], 0.05, method="crown", clip_values=(0, 1))
     assert [r["certified"] == "1" for r in rows] == direct.certified.tolist()
     assert all(r["robust"] == "1" for r in rows if r["certified"] == "1")
+    small = gradkit.certify(model, files["x"], files["y"], 0.02, method="crown", clip_values=(0, 1))
+    expected = ["0.05" if c else "0.02" if s else "" for c, s in zip(direct.certified, small.certified)]
+    assert [r["certified_up_to_eps"] for r in rows] == expected
     report = json.loads((tmp_path / "one" / "evaluation.json").read_text())
     assert report["certified_accuracy"] == pytest.approx(direct.certified_accuracy)
     assert report["certified_accuracy"] <= report["robust_accuracy"]

@@ -37,6 +37,13 @@ class Certificate:
     def certified_accuracy(self):
         return float(np.mean(self.certified)) if len(self.certified) else 0.0
 
+    def __repr__(self):
+        norm = "linf" if self.norm == np.inf else "l2"
+        return (
+            f"Certificate(certified_accuracy={self.certified_accuracy:.4f}, n={len(self.certified)}, "
+            f"eps={self.eps:g}, norm={norm!r}, method={self.method!r}, clip_values={self.clip_values})"
+        )
+
 
 def _check(model, x, eps, norm, method, clip_values, batch_size):
     if not isinstance(model, keras.Model):

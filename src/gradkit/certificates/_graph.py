@@ -96,6 +96,10 @@ class Plan:
 
 
 def _unsupported(layer, why=""):
+    if type(layer).__name__ == "TorchModuleWrapper":
+        why = (
+            ": a wrapped torch module is opaque to gradkit's bound rules (build the network in Keras layers)"
+        )
     raise ValueError(
         f"`certify` has no bound rule for layer {layer.name!r} ({type(layer).__name__}){why}. Supported: "
         f"{SUPPORTED}."

@@ -62,8 +62,15 @@ def sample_rows(shard, evaluations):
             row["certified"] = int(bool(last.certified[i]))
         if several:
             row["broken_at_eps"] = first.get(i, "")
+            if last.certified is not None:
+                row["certified_up_to_eps"] = _largest_certified(evaluations, i)
         rows.append(row)
     return rows
+
+
+def _largest_certified(evaluations, i):
+    """The largest eps at which point `i` was certified, or "" where it was at none."""
+    return next((ev.eps for ev in reversed(evaluations) if ev.certified is not None and ev.certified[i]), "")
 
 
 def _write_csv(rows, path):
@@ -88,8 +95,10 @@ def write_report(shard, out, *, info=None):
         samples.csv       per point: index, label, clean_prediction, robust (0/1, at the largest eps),
                           broken_by ("clean", the attack, or empty); with several eps also
                           broken_at_eps (the smallest eps that broke it; 0 for "clean", empty if none
-                          did); with `certify`, certified (0/1 at the largest eps; evaluation.json
-                          then has "certified_accuracy" at the top level, and per result)
+                          did); with `certify`, certified (0/1 at the largest eps) and with several
+                          eps certified_up_to_eps (the largest eps it was certified at, empty if
+                          none); evaluation.json then has "certified_accuracy" at the top level and
+                          "certified", "certified_accuracy", "certified_interval" per result
         shard.json        only for a part of the points (`--shard`): the `Shard` that `gradkit merge`
                           reads
 
