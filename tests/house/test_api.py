@@ -41,8 +41,8 @@ PACKAGES = {
     ],
     "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "describe", "load"],
     "gradkit.certificates": [
-        "Certificate", "SmoothedClassifier", "VoteCertificate", "certify", "member_weights", "output_bounds",
-        "smooth", "vote_certificate",
+        "METHODS", "Certificate", "SmoothedClassifier", "VoteCertificate", "certify", "member_weights",
+        "output_bounds", "smooth", "vote_certificate",
     ],
     "gradkit.evaluation": [
         "Comparison", "Evaluation", "Shard", "check_curve", "compare", "evaluate", "evaluate_processes",

@@ -10,6 +10,7 @@ Public:
 - `vote_certificate` (a weighted hard vote certified from its members' certificates), `member_weights`.
 """
 
+from gradkit.certificates._api import METHODS
 from gradkit.certificates._api import Certificate
 from gradkit.certificates._api import certify
 from gradkit.certificates._api import output_bounds
@@ -20,6 +21,7 @@ from gradkit.certificates.vote import member_weights
 from gradkit.certificates.vote import vote_certificate
 
 __all__ = [
+    "METHODS",
     "Certificate",
     "SmoothedClassifier",
     "VoteCertificate",

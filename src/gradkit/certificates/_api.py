@@ -9,7 +9,7 @@ from gradkit import _checks, backend
 from gradkit.certificates import _graph, crown, ibp
 from gradkit.gradients import cached
 
-METHODS = ("ibp", "crown-ibp", "crown")
+METHODS = ("ibp", "crown-ibp", "crown")  # the bound methods `certify` takes, cheapest first
 _ENTRIES = 1 << 25  # float entries of CROWN's largest coefficient array per block (128 MiB in float32)
 
 

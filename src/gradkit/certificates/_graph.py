@@ -80,7 +80,7 @@ class Step:
     apply: object = None  # affine: x -> L(x); activation, maxpool: the monotone function
     apply_abs: object = None  # affine: r -> |L|(r)
     relax: str = ""  # activation: "relu", "leaky", "linear" or "monotone"
-    windows: object = None  # maxpool: bool numpy (d_in, d_out), input i in the window of output j
+    pool: object = None  # maxpool: its `Windows`, read once from the layer
     slope: float = 0.0  # leaky: the negative slope
 
 
@@ -172,12 +172,32 @@ def _activation_step(layer, inputs, output, shape):
     return step
 
 
+@dataclasses.dataclass(frozen=True)
+class Windows:
+    """The static index arrays of a max-pooling layer, numpy: `members` int32 `(d_out, k)` (the inputs
+    of each window, a window of fewer than k repeating its first), `owner` int32 `(d_in,)` (the window
+    of each input; 0 where none), `covered` bool `(d_in,)` (in some window), `overlapping` (an input in
+    two windows)."""
+
+    members: np.ndarray
+    owner: np.ndarray
+    covered: np.ndarray
+    overlapping: bool
+
+
 def _windows(layer, shape):
-    """bool numpy `(d_in, d_out)`: which inputs each output of a pooling layer reads (the layer on the
-    basis vectors)."""
+    """The `Windows` of a pooling layer, read from the layer on the basis vectors of its input."""
     d = int(np.prod(shape))
     out = keras.ops.convert_to_numpy(layer(np.eye(d, dtype="float32").reshape((d,) + tuple(shape))))
-    return out.reshape(d, -1) > 0.5
+    inside = out.reshape(d, -1) > 0.5  # (d_in, d_out)
+    k = int(inside.sum(axis=0).max())
+    members = []
+    for j in range(inside.shape[1]):
+        rows = np.flatnonzero(inside[:, j])
+        members.append(np.concatenate([rows, np.full(k - len(rows), rows[0])]))
+    covered = inside.any(axis=1)
+    owner = np.where(covered, inside.argmax(axis=1), 0).astype("int32")
+    return Windows(np.array(members, dtype="int32"), owner, covered, bool(inside.sum(axis=1).max() > 1))
 
 
 def _steps_of(layer, inputs, output, shape, input_shapes):
@@ -195,7 +215,7 @@ def _steps_of(layer, inputs, output, shape, input_shapes):
         return [Step("add", layer, inputs, output, shape)]
     if isinstance(layer, (layers.MaxPooling1D, layers.MaxPooling2D)):
         step = Step("maxpool", layer, inputs, output, shape, layer)
-        step.windows = _windows(layer, input_shapes[0][1:])
+        step.pool = _windows(layer, input_shapes[0][1:])
         return [step]
     if isinstance(layer, (layers.ReLU, layers.LeakyReLU, layers.ELU, layers.Activation)):
         return [_activation_step(layer, inputs, output, shape)]

@@ -51,22 +51,12 @@ def relaxation(step, lo, up):
     return a_low, ops.zeros_like(lo), a_up, b_up
 
 
-def _members(windows):
-    """int32 `(d_out, k)`: the inputs of each window (a window of fewer than k repeats its first)."""
-    k = int(windows.sum(axis=0).max())
-    rows = []
-    for j in range(windows.shape[1]):
-        inside = np.flatnonzero(windows[:, j])
-        rows.append(np.concatenate([inside, np.full(k - len(inside), inside[0])]))
-    return np.array(rows, dtype="int32")
-
-
 def maxpool_rule(step, lo, up):
     """`(best, exact, top)`: the input with the largest lower bound in each window (its flat index
     `(n, d_out)`; a one-hot `(n, d_out, d_in)` where windows overlap), whether it dominates its window
     (`(n, d_out)`: its lower bound is at least every other upper bound there), the window's top upper
     bound. Read through each window's k inputs, `(n, d_out, k)`."""
-    members = _members(step.windows)
+    members = step.pool.members
     taken = ops.convert_to_tensor(members)
     low, high = ops.take(lo, taken, axis=1), ops.take(up, taken, axis=1)  # (n, d_out, k)
     slot = ops.argmax(low, axis=2)
@@ -76,7 +66,7 @@ def maxpool_rule(step, lo, up):
     exact = ops.cast(ops.max(low, axis=2) >= ops.max(ops.where(is_best, -1e30, high), axis=2), lo.dtype)
     best = ops.sum(chosen * ops.cast(taken, lo.dtype), axis=2)
     best = ops.cast(ops.round(best), "int32")
-    if step.windows.sum(axis=1).max() > 1:  # overlapping windows: the one-hot form
+    if step.pool.overlapping:  # the one-hot form
         best = ops.one_hot(best, ops.shape(lo)[1], dtype=lo.dtype)
     return best, exact, ops.max(high, axis=2)
 
@@ -89,12 +79,11 @@ def _maxpool_back(step, positive, negative, rule):
     const = ops.sum(negative * (1.0 - e) * ops.expand_dims(top, 1), -1)
     if len(ops.shape(best)) == 3:
         return ops.einsum("nsj,nji->nsi", through, best), const
-    windows = step.windows
-    owner = np.where(windows.any(axis=1), windows.argmax(axis=1), 0)  # the window of each input
-    chosen = ops.take(best, ops.convert_to_tensor(owner.astype("int32")), axis=1)  # (n, d_in)
-    index = ops.convert_to_tensor(np.arange(len(owner), dtype="int32"))
-    hit = ops.logical_and(ops.equal(ops.cast(chosen, "int32"), index), windows.any(axis=1))
-    coefficient = ops.take(through, ops.convert_to_tensor(owner.astype("int32")), axis=2)
+    owner, covered = ops.convert_to_tensor(step.pool.owner), step.pool.covered
+    chosen = ops.take(best, owner, axis=1)  # (n, d_in): the pick of each input's window
+    index = ops.convert_to_tensor(np.arange(len(covered), dtype="int32"))
+    hit = ops.logical_and(ops.equal(ops.cast(chosen, "int32"), index), covered)
+    coefficient = ops.take(through, owner, axis=2)
     return coefficient * ops.expand_dims(ops.cast(hit, through.dtype), 1), const
 
 

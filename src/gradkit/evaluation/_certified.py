@@ -13,7 +13,6 @@ from gradkit import _checks, certificates
 from gradkit.evaluation import _flags
 from gradkit.gradients import predict_classes
 
-METHODS = ("ibp", "crown-ibp", "crown")
 NORMS = (np.inf, 2.0)
 
 
@@ -22,7 +21,7 @@ def check_method(method, norm, model):
     before any work."""
     if method is None:
         return None
-    method = _checks.check_choice(method, "certify", METHODS)
+    method = _checks.check_choice(method, "certify", certificates.METHODS)
     if norm not in NORMS:
         raise ValueError(
             f"`certify` bounds Linf and L2 balls only. Received: certify={method!r} with "
