@@ -68,13 +68,11 @@ def step_bounds(step, plan, bounds, box):
     return run(step.apply, lo, shape), run(step.apply, up, shape)
 
 
-def propagate(plan, box, until=None):
-    """`{value id: (lo, up)}` flat bounds of every value up to the step producing `until` (default: all)."""
+def propagate(plan, box):
+    """`{value id: (lo, up)}` flat bounds of every value of the plan."""
     bounds = {plan.input: _sets.interval(box)}
     for step in plan.steps:
         bounds[step.output] = step_bounds(step, plan, bounds, box)
-        if step.output == until:
-            break
     return bounds
 
 
