@@ -16,15 +16,15 @@ $(DEMO_STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e . tensorflow-cpu
 	touch $(DEMO_STAMP)
 
-# Tests need all three backends and the peer libraries; torchattacks and adv-lib go in without their dependencies
+# Tests need all three backends and the peer libraries; torchattacks, adv-lib and decomon go in without their dependencies
 # (they would replace the CPU build of torch with a CUDA one, and adv-lib's visdom and torchvision are stubbed in tests).
 $(STAMP): pyproject.toml constraints.txt
-	@echo "make test: installing TensorFlow, JAX, PyTorch (CPU), ART, foolbox, torchattacks, adv-lib, pytest and ruff"
+	@echo "make test: installing TensorFlow, JAX, PyTorch (CPU), ART, foolbox, torchattacks, adv-lib, decomon, pytest and ruff"
 	@echo "into $(VENV), about 3 GB; several minutes on a first run..."
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e ".[jax,torch,test]" tensorflow-cpu
-	$(PY) -m pip install -q --no-deps -c constraints.txt torchattacks adv-lib
+	$(PY) -m pip install -q --no-deps -c constraints.txt torchattacks adv-lib decomon
 	touch $(STAMP) $(DEMO_STAMP)
 
 demo: $(DEMO_STAMP)
