@@ -29,6 +29,7 @@ import numpy as np  # noqa: E402
 from bench_evaluation import EPS, _model  # noqa: E402
 
 import gradkit  # noqa: E402
+from gradkit import attacks  # noqa: E402
 
 OPTIONS = dict(eps=EPS, clip_values=(0, 1), verbose=0)
 
@@ -48,11 +49,11 @@ def _three_targets(model, x, y, standard):
     """APGD-T (DLR, 3 targets, 100 steps, 1 restart) by logit and by MALT on the points the standard
     run's APGD-CE left robust and correctly classified: points broken and seconds of each."""
     rows = np.flatnonzero([b != "apgd-ce" and b != "clean" for b in standard.broken_by])
-    rows = rows[gradkit.attacks.decide(model, x[rows]) == y[rows]]
+    rows = rows[attacks.decide(model, x[rows]) == y[rows]]
     out = {"points": int(len(rows))}
     for selection in ("logits", "malt"):
         start = time.perf_counter()
-        with gradkit.attacks.recording() as record:
+        with attacks.recording() as record:
             gradkit.apgd(model, x[rows], y[rows], eps=EPS, loss="dlr", targeted=True, n_target_classes=3,
                          clip_values=(0, 1), seed=0, target_selection=selection)  # fmt: skip
         out[selection] = {
