@@ -1,5 +1,5 @@
 """AutoAttack's versions in `gradkit.evaluate` (`gradkit.evaluation._versions`: standard, plus, rand,
-custom, and the L1 cascade), EOT and BPDA."""
+custom, and the L1 cascade), the "malt" version, EOT and BPDA."""
 
 import types
 
@@ -9,7 +9,7 @@ import pytest
 
 import gradkit
 from gradkit import attacks as registry
-from gradkit import evaluate
+from gradkit import cli, evaluate
 from gradkit.evaluation import _versions
 from gradkit.gradients import AttackGradient, WeightedEnsemble
 from helpers.models import accuracy, l1_sizes
@@ -56,13 +56,21 @@ AUTOATTACK = {
              ("fab-t", {"n_restarts": 1, "n_target_classes": 9})],
     "rand": [("apgd-ce", {"n_restarts": 1, "eot_iter": 20}), ("apgd-dlr", {"n_restarts": 1, "eot_iter": 20})],
 }  # fmt: skip
+# MALT (Melamed et al. 2024; the authors' demo: 9 targets, targeted APGD of 100 steps, 1 restart),
+# between AutoAttack's APGD-CE and Square
+MALT = [
+    ("apgd-ce", {"n_restarts": 1}),
+    ("apgd-t", {"n_restarts": 1, "n_target_classes": 9, "target_selection": "malt"}),
+    ("square", {}),
+]
+EXPECTED = {**AUTOATTACK, "malt": MALT}  # fmt: skip
 
 
-@pytest.mark.parametrize("version", ["standard", "plus", "rand"])
+@pytest.mark.parametrize("version", ["standard", "plus", "rand", "malt"])
 @pytest.mark.parametrize("norm", [np.inf, 2.0])
 def test_table_is_autoattacks(version, norm):
     runs = _versions.runs(version, norm, 20)
-    assert [(r.attack, dict(r.settings)) for r in runs] == AUTOATTACK[version]
+    assert [(r.attack, dict(r.settings)) for r in runs] == EXPECTED[version]
 
 
 def test_l1_standard_has_autoattacks_l1_settings():
@@ -70,20 +78,41 @@ def test_l1_standard_has_autoattacks_l1_settings():
     assert runs["apgd-ce"] == {"n_restarts": 5, "use_largereps": True}
     assert runs["apgd-t"] == {"n_restarts": 1, "n_target_classes": 5, "use_largereps": True}
     assert list(runs) == ["apgd-ce", "apgd-t", "fab-t", "square"]
+    malt = {r.attack: dict(r.settings) for r in _versions.runs("malt", 1.0, 20)}
+    malt_t = {**runs["apgd-t"], "target_selection": "malt"}  # the L1 standard's, with MALT's targets
+    assert malt == {"apgd-ce": runs["apgd-ce"], "apgd-t": malt_t, "square": {}}
 
 
-@pytest.mark.parametrize("version", ["standard", "plus", "rand"])
+@pytest.mark.parametrize("version", ["standard", "plus", "rand", "malt"])
 def test_each_version_runs_its_list_with_its_settings(recorder, version):
     model, x = linear(), points()
     y = registry.decide(model, x)
     ev = evaluate(model, x, y, eps=0.1, version=version, eot_iter=7, verbose=0)
-    expected = [(a, {**s, "eot_iter": 7} if "eot_iter" in s else s) for a, s in AUTOATTACK[version]]
+    expected = [(a, {**s, "eot_iter": 7} if "eot_iter" in s else s) for a, s in EXPECTED[version]]
     assert ev.version == version and ev.attacks == [a for a, _ in expected]
     for (name, _, options), (attack, settings) in zip(recorder.calls, expected, strict=True):
         assert name == attack and {k: options[k] for k in settings} == settings
         assert options.get("steps", 100) == 100 and options.get("n_queries", 5000) == 5000
     assert list(ev.skipped) == []
     assert ev.to_dict()["version"] == version and f"version {version}" in ev.summary()
+
+
+def test_malt_version_runs_end_to_end_and_the_command_line_takes_it():
+    model, x = linear(n_classes=5), points(n=32)
+    y = registry.decide(model, x)
+    options = dict(eps=0.08, clip_values=(0.0, 1.0), steps=10, n_queries=100, batch_size=16, verbose=0)
+    ev = evaluate(model, x, y, version="malt", **options)
+    assert ev.version == "malt" and ev.attacks == ["apgd-ce", "apgd-t", "square"] and not ev.skipped
+    np.testing.assert_array_equal(ev.robust, registry.decide(model, ev.x_adv) == y)  # the real verdict
+    assert 0 < ev.robust_accuracy < 1 and np.abs(ev.x_adv - x).max() <= 0.08 + 1e-6
+    malt = ev.per_attack["apgd-t"]  # on the points APGD-CE left: 4 Jacobian rows each, then 4 targets
+    n = malt["n_points"]  # APGD-CE broke all it could (a linear model): no early stop in APGD-T
+    assert n > 0 and malt["n_broken"] == 0 and malt["n_gradients"] == 4 * n + 4 * 11 * n
+    for version in _versions.VERSIONS[:-1]:  # every version but "custom" (the --attacks list)
+        args = cli.build_parser().parse_args(
+            ["evaluate", "m.keras", "d.npz", "--eps", "0.1", "--version", version]
+        )
+        assert args.suite == version
 
 
 def test_attacks_alone_is_custom_and_standard_string_is_the_version(recorder):
@@ -124,7 +153,8 @@ def _boom(*args, **kwargs):
 @pytest.mark.parametrize(
     "change, error, match",
     [
-        ({"version": "strong"}, ValueError, "`version` must be one of 'standard', 'plus', 'rand', 'custom'. "
+        ({"version": "strong"}, ValueError, "`version` must be one of 'standard', 'plus', 'rand', 'malt', "
+                                            "'custom'. "
                                             "Received: version='strong'"),
         ({"version": 1}, TypeError, "`version` must be one of"),
         ({"eot_iter": 0}, ValueError, "`eot_iter` must be an integer >= 1. Received: eot_iter=0"),

@@ -12,8 +12,9 @@
 Each attack module reads top to bottom: the paper's algorithm in its docstring, the public function,
 the step's `update` in `keras.ops`, its schedules and starts. What they share: `geometry.py` (norms,
 directions, projections, starts), `_frame.py` (the model normalised once, the checked batch, the
-recorder of success and costs), `_engine.py` (the state dict advanced by one compiled step) and
-`registry.py` (the attacks by name, `run_attack`). A module shares its attack's name: import its parts
+recorder of success and costs), `_engine.py` (the state dict advanced by one compiled step),
+`_targets.py` (APGD-T's targets: by logit, or MALT's) and `registry.py` (the attacks by name,
+`run_attack`). A module shares its attack's name: import its parts
 with `from gradkit.attacks.apgd import checkpoints`.
 """
 

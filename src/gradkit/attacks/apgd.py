@@ -28,10 +28,11 @@ splits a run into runs at 3, 2 and 1 times eps over 30%, 30% and 40% of the step
 previous run's best point.
 
 Success is judged at every iterate on the model's real decision rule; a sample keeps its first fooling
-iterate, else its iterate of highest objective. The state of a batch stays on the device (`_engine`):
-one compiled step evaluates the objective, records, applies the checkpoint rule where the step is a
-checkpoint and proposes the next iterate; the host reads one flag per checkpoint. Succeeded rows are
-frozen (a mask), and the step counts the rows it really attacked.
+iterate, else its iterate of highest objective. APGD-T's targets (by logit, or MALT's linearized
+distance) come from `_targets`. The state of a batch stays on the device (`_engine`): one compiled
+step evaluates the objective, records, applies the checkpoint rule where the step is a checkpoint and
+proposes the next iterate; the host reads one flag per checkpoint. Succeeded rows are frozen (a mask),
+and the step counts the rows it really attacked.
 
 References:
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
@@ -41,6 +42,8 @@ References:
     ICML, https://arxiv.org/abs/2103.01208 (sec. 3, Algorithm 1; sec. 3.2, the schedule of eps).
     Athalye, Engstrom, Ilyas & Kwok (2018), "Synthesizing robust adversarial examples", ICML,
     https://arxiv.org/abs/1707.07397 (EOT).
+    Melamed, Yehudai & Shamir (2024), "MALT Powers Up Adversarial Attacks", NeurIPS,
+    https://arxiv.org/abs/2407.02240 (the targets of `target_selection="malt"`).
 """
 
 import math
@@ -50,7 +53,7 @@ from keras import ops
 
 from gradkit import _checks, backend
 from gradkit.attacks import _engine as engine
-from gradkit.attacks import geometry
+from gradkit.attacks import _targets, geometry
 from gradkit.attacks._frame import Frame
 
 LOSSES = ("ce", "dlr")
@@ -81,6 +84,7 @@ def apgd(
     use_largereps=False,
     eot_iter=1,
     surrogate=None,
+    target_selection="logits",
 ):
     """Auto-PGD (Croce & Hein 2020): step-size-free PGD with momentum; CE or DLR loss; APGD-T; Linf, L2
     and L1 (APGD-L1, Croce & Hein 2021). The algorithm is in `gradkit.attacks.apgd`'s module docstring.
@@ -88,9 +92,9 @@ def apgd(
     Each restart attacks only the points still robust. The whole run uses one compiled objective: a row
     count that changes as points are broken is padded to the batch size, so it traces once.
 
-    Targeted (APGD-T, as in AutoAttack's standard version): for each of the `n_target_classes` most
-    likely classes other than the top one (per sample, clean logits), `n_restarts` runs towards it,
-    again only on the points still robust; `y` holds the TRUE labels in both modes and any
+    Targeted (APGD-T, as in AutoAttack's standard version): for each of the `n_target_classes` classes
+    ranked first (never the label; by clean logit, or MALT: `target_selection`), `n_restarts` runs
+    towards it, again only on the points still robust; `y` holds the TRUE labels in both modes and any
     misclassification counts. The targets run together, as one run over their stacked rows (rows are
     independent), up to 2**24 input values at a time; a point keeps the example of the first target,
     in rank order, that fooled it.
@@ -122,19 +126,24 @@ def apgd(
             that point's own draw fooled the model, else its first success.
         surrogate: None, or a differentiable stand-in the gradient is taken through (BPDA; see
             `gradkit.gradients.AttackGradient`).
+        target_selection: how APGD-T ranks its targets (targeted=True only): "logits" (default,
+            AutoAttack's: the most likely classes) or "malt" (Melamed et al. 2024: the nearest
+            linearized boundaries `(z_y - z_j) / ||grad z_y - grad z_j||_q` at `x`, q the dual norm,
+            among the 100 most likely classes; one gradient per class and point, see `_targets`).
 
     Returns:
         float32 `(n, *input_shape)` adversarial examples, in the eps-ball around `x` and in `clip_values`.
 
     Raises:
         ValueError: eps < 0, a bad norm, loss, steps < 1, use_largereps with a norm other than 1,
-            n_restarts < 1, too few classes for DLR, labels out of range, `x` outside `clip_values`;
-            before any work.
+            n_restarts < 1, too few classes for DLR, labels out of range, `x` outside `clip_values`,
+            an unknown `target_selection` or "malt" untargeted; before any work.
         TypeError: several inputs (use `gradkit.pgd`), non-integer counts, a bad `model`.
 
     References:
         Croce & Hein (2020), https://arxiv.org/abs/2003.01690 (Algorithm 1; DLR eq. 6-7).
         Croce & Hein (2021), https://arxiv.org/abs/2103.01208 (APGD-L1; use_largereps: sec. 3.2).
+        Melamed, Yehudai & Shamir (2024), https://arxiv.org/abs/2407.02240 (MALT, Algorithm 1).
 
     Example:
         >>> x_adv = gradkit.apgd(model, x, y, eps=8 / 255, loss="dlr", clip_values=(0, 1))  # doctest: +SKIP
@@ -146,6 +155,7 @@ def apgd(
     n_target_classes = _checks.check_int(n_target_classes, "n_target_classes", minimum=1)
     seed = _checks.check_seed(seed)
     eot_iter = _checks.check_int(eot_iter, "eot_iter", minimum=1)
+    target_selection = _targets.check_selection(target_selection, targeted)
     given_norm, eps = norm, _checks.check_eps(eps)
     norm = _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS)
     frame = Frame(
@@ -172,9 +182,8 @@ def apgd(
         frame.success = frame.predict(x_adv) != frame.labels
         return x_adv
     targets = [None]
-    if frame.targeted:
-        ranks = frame.top_classes(min(n_target_classes, frame.n_classes - 1))  # never the label
-        targets = [ranks[:, j] for j in range(ranks.shape[1])]
+    if frame.targeted:  # never the label
+        targets = _targets.ranked(frame, n_target_classes, target_selection, norm)
     settings = dict(
         eps=eps, norm=norm, steps=steps, rng=np.random.default_rng(seed), rho=rho, use_largereps=use_largereps
     )

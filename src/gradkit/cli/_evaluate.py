@@ -70,9 +70,10 @@ def add_parser(commands):
     add(
         "--version",
         dest="suite",
-        choices=["standard", "plus", "rand"],
+        choices=["standard", "plus", "rand", "malt"],
         default="standard",
-        help="AutoAttack's version: standard (APGD-CE, APGD-T, FAB-T, Square), plus, rand (EOT)",
+        help="AutoAttack's version: standard (APGD-CE, APGD-T, FAB-T, Square), plus, rand (EOT); or malt "
+        "(APGD-CE, APGD-T towards MALT's targets, Square)",
     )
     add(
         "--certify",

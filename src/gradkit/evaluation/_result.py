@@ -43,7 +43,7 @@ class Evaluation:
         clip_values: `(min, max)` floats or None, the input range.
         points: str or None, hex SHA-256 of the points evaluated (`x` and labels): `gradkit.compare`
             refuses two results whose points differ.
-        version: str, AutoAttack's version run ("standard", "plus", "rand") or "custom".
+        version: str, the version run ("standard", "plus", "rand", "malt") or "custom".
         skipped: list of `[attack, reason]` pairs: the version's attacks that did not run (too few
             classes).
         certified: bool `(n,)` or None: the points certified robust at eps (`certify=`), a lower bound

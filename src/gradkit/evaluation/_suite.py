@@ -52,6 +52,8 @@ def evaluate(
     | plus     | APGD-CE, APGD-DLR (5 restarts each), FAB (untargeted, 5 restarts), Square, APGD-T  |
     |          | (9 target classes), FAB-T (9 target classes)                                        |
     | rand     | APGD-CE, APGD-DLR (1 restart), gradients averaged over `eot_iter` draws (EOT)       |
+    | malt     | APGD-CE, APGD-T towards MALT's 9 targets (Melamed et al. 2024; L1: 5, as standard), |
+    |          | Square: no FAB-T                                                                    |
     | custom   | `attacks`                                                                           |
 
     Every APGD runs `steps` iterations, FAB and FAB-T too. A model of fewer classes than an attack needs
@@ -64,7 +66,7 @@ def evaluate(
         y: int class ids `(n,)` (or one-hot `(n, C)`) in [0, C).
         eps: float >= 0, the perturbation budget in `norm`.
         norm: `np.inf` (or "inf", "linf"), 2 (or "l2") or 1 (or "l1"). Defaults to `np.inf`.
-        version: "standard", "plus", "rand" or "custom" (the table above), or None (default):
+        version: "standard", "plus", "rand", "malt" or "custom" (the table above), or None (default):
             "standard", or "custom" when `attacks` is given.
         attacks: None (default: the version's list), one attack name, or a list of names of
             `gradkit.attacks.NAMES`
@@ -129,6 +131,8 @@ def evaluate(
         https://arxiv.org/abs/1802.00420 (BPDA, sec. 4.1; EOT against randomized defences, sec. 4.3)
         Croce & Hein (2021), "Mind the box: l1-APGD for sparse adversarial attacks on image classifiers",
         ICML, https://arxiv.org/abs/2103.01208 (the L1 standard version: sec. 4)
+        Melamed, Yehudai & Shamir (2024), "MALT Powers Up Adversarial Attacks", NeurIPS,
+        https://arxiv.org/abs/2407.02240 (the "malt" version's targets)
     """
     _versions.check_version(version, attacks, eot_iter)  # before any work: no forward pass yet
     x, labels, classes = _plan.check_data(model, x, y)

@@ -8,7 +8,7 @@ import numpy as np
 
 from gradkit import _checks
 
-VERSIONS = ("standard", "plus", "rand", "custom")
+VERSIONS = ("standard", "plus", "rand", "malt", "custom")
 EOT = "eot_iter"  # a setting whose value is `gradkit.evaluate`'s `eot_iter`
 
 
@@ -46,11 +46,25 @@ _PLUS = (
     _run("fab-t", n_restarts=1, n_target_classes=9),
 )
 _RAND = (_run("apgd-ce", n_restarts=1, eot_iter=EOT), _run("apgd-dlr", n_restarts=1, eot_iter=EOT))
+# MALT (Melamed et al. 2024): APGD-T towards the 9 targets of nearest linearized boundary (scored among
+# the 100 most likely classes), 100 steps, 1 restart, as the authors' demo runs it; APGD-CE before it
+# (AutoAttack's first attack) and Square after it (the check against gradient masking)
+_MALT = (
+    _run("apgd-ce", n_restarts=1),
+    _run("apgd-t", n_restarts=1, n_target_classes=9, target_selection="malt"),
+    _run("square"),
+)
+_MALT_L1 = (
+    _run("apgd-ce", n_restarts=5, use_largereps=True),
+    _run("apgd-t", n_restarts=1, n_target_classes=5, target_selection="malt", use_largereps=True),
+    _run("square"),
+)
 
 TABLE = {
     "standard": {"linf": _STANDARD, "l2": _STANDARD, "l1": _STANDARD_L1},
     "plus": {"linf": _PLUS, "l2": _PLUS, "l1": _PLUS},
     "rand": {"linf": _RAND, "l2": _RAND, "l1": _RAND},
+    "malt": {"linf": _MALT, "l2": _MALT, "l1": _MALT_L1},
 }
 
 
@@ -60,7 +74,7 @@ def norm_key(norm):
 
 
 def runs(version, norm, eot_iter):
-    """The `Run`s of `version` ("standard", "plus" or "rand") for a checked `norm`, in cascade order,
+    """The `Run`s of `version` ("standard", "plus", "rand" or "malt") for a checked `norm`, in cascade order,
     with `eot_iter` in place of `EOT`:
 
     | version  | norm     | attacks, in cascade order (settings)                                          |
@@ -75,6 +89,11 @@ def runs(version, norm, eot_iter):
     |          |          | classes, 1 restart); AutoAttack warns that "plus" is meant for Linf and L2    |
     | rand     | any      | APGD-CE and APGD-DLR, 1 restart each, the gradient averaged over `eot_iter` = |
     |          |          | 20 draws of the model's randomness per step (EOT)                             |
+    | malt     | Linf, L2 | APGD-CE (1 restart), APGD-T towards MALT's 9 targets (the nearest linearized  |
+    |          |          | boundaries among the 100 most likely classes, 1 restart), Square (5000        |
+    |          |          | queries: the check against gradient masking)                                  |
+    | malt     | L1       | as standard L1 (APGD-CE 5 restarts, APGD-T 5 targets, `use_largereps`) with   |
+    |          |          | MALT's targets, then Square; no FAB-T                                         |
     | custom   | any      | the user's `attacks=` list, each attack with gradkit's defaults               |
 
     Every APGD and FAB runs `steps` = 100 iterations and Square `n_queries` = 5000 (`gradkit.evaluate`'s
@@ -90,6 +109,9 @@ def runs(version, norm, eot_iter):
         ICML, https://arxiv.org/abs/2103.01208 (the L1 version)
         Athalye, Engstrom, Ilyas & Kwok (2018), "Synthesizing robust adversarial examples", ICML,
         https://arxiv.org/abs/1707.07397 (EOT, the "rand" version)
+        Melamed, Yehudai & Shamir (2024), "MALT Powers Up Adversarial Attacks", NeurIPS,
+        https://arxiv.org/abs/2407.02240 (the "malt" version: Algorithm 1; its settings, 9 targets
+        among the top 100 classes, are the authors' demo's, odeliamel/MALT `demo.py`)
     """
     return tuple(
         Run(run.attack, tuple((k, eot_iter if v == EOT else v) for k, v in run.settings))
