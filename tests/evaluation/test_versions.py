@@ -61,7 +61,7 @@ AUTOATTACK = {
 MALT = [
     ("apgd-ce", {"n_restarts": 1}),
     ("apgd-t", {"n_restarts": 1, "n_target_classes": 9, "target_selection": "malt"}),
-    ("square", {}),
+    ("square", {"query_share": 0.2}),  # the masking check: a fifth of n_queries
 ]
 EXPECTED = {**AUTOATTACK, "malt": MALT}  # fmt: skip
 
@@ -80,7 +80,7 @@ def test_l1_standard_has_autoattacks_l1_settings():
     assert list(runs) == ["apgd-ce", "apgd-t", "fab-t", "square"]
     malt = {r.attack: dict(r.settings) for r in _versions.runs("malt", 1.0, 20)}
     malt_t = {**runs["apgd-t"], "target_selection": "malt"}  # the L1 standard's, with MALT's targets
-    assert malt == {"apgd-ce": runs["apgd-ce"], "apgd-t": malt_t, "square": {}}
+    assert malt == {"apgd-ce": runs["apgd-ce"], "apgd-t": malt_t, "square": {"query_share": 0.2}}
 
 
 @pytest.mark.parametrize("version", ["standard", "plus", "rand", "malt"])
@@ -91,8 +91,10 @@ def test_each_version_runs_its_list_with_its_settings(recorder, version):
     expected = [(a, {**s, "eot_iter": 7} if "eot_iter" in s else s) for a, s in EXPECTED[version]]
     assert ev.version == version and ev.attacks == [a for a, _ in expected]
     for (name, _, options), (attack, settings) in zip(recorder.calls, expected, strict=True):
+        settings = dict(settings)
+        share = settings.pop("query_share", 1)
         assert name == attack and {k: options[k] for k in settings} == settings
-        assert options.get("steps", 100) == 100 and options.get("n_queries", 5000) == 5000
+        assert options.get("steps", 100) == 100 and options.get("n_queries", 5000) == 5000 * share
     assert list(ev.skipped) == []
     assert ev.to_dict()["version"] == version and f"version {version}" in ev.summary()
 

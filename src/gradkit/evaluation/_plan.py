@@ -10,6 +10,7 @@ from gradkit import _checks
 from gradkit.attacks import NAMES, TABLE, check_single_input, is_ensemble
 from gradkit.evaluation import _certified, _versions
 from gradkit.evaluation._single import check_single
+from gradkit.evaluation._versions import QUERY_SHARE
 from gradkit.gradients import (
     as_ensemble,
     check_classifier,
@@ -220,12 +221,13 @@ def check_config(
 
 def options(entry, config):
     """`gradkit.attacks.run_attack`'s keyword options for a registry `entry` (its version's settings too)."""
-    attack, opts = TABLE[entry.attack], {}
+    attack, opts, settings = TABLE[entry.attack], {}, dict(entry.settings)
+    share = settings.pop(QUERY_SHARE, 1)  # a version's Square that runs a share of `n_queries`
     if attack.budget_option == "n_queries":
-        opts["n_queries"] = config.n_queries
+        opts["n_queries"] = max(1, int(config.n_queries * share))
     elif attack.budget_option == "steps":
         opts["steps"] = config.steps
-    opts.update(entry.settings)
+    opts.update(settings)
     if entry.objective:
         opts["objective"] = entry.objective
     if config.surrogate is not None and attack.eot:

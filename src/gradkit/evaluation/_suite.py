@@ -53,7 +53,7 @@ def evaluate(
     |          | (9 target classes), FAB-T (9 target classes)                                        |
     | rand     | APGD-CE, APGD-DLR (1 restart), gradients averaged over `eot_iter` draws (EOT)       |
     | malt     | APGD-CE, APGD-T towards MALT's 9 targets (Melamed et al. 2024; L1: 5, as standard), |
-    |          | Square: no FAB-T                                                                    |
+    |          | Square (a fifth of `n_queries`, the masking check): no FAB-T                        |
     | custom   | `attacks`                                                                           |
 
     Every APGD runs `steps` iterations, FAB and FAB-T too. A model of fewer classes than an attack needs
