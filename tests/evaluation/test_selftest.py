@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import gradkit
+from gradkit import _keras_internals
 from gradkit.evaluation import _selftest_readout as readout
 from helpers import models
 
@@ -108,7 +109,7 @@ def test_a_readout_that_cannot_separate_is_a_failed_setup_and_no_pass():
     assert "no readout separated" in str(result) and str(result).count("fails") == 2
 
 
-def test_the_features_are_read_before_a_softmax_and_at_the_top_level():
+def test_the_features_are_read_before_a_softmax_and_per_graph_of_a_shared_dense_layer(linear):
     inputs = keras.Input((5,))
     hidden = keras.layers.Dense(7, activation="relu")(inputs)
     out = keras.layers.Activation("softmax")(keras.layers.Dense(3)(hidden))
@@ -116,6 +117,10 @@ def test_the_features_are_read_before_a_softmax_and_at_the_top_level():
     assert tuple(features.shape) == (None, 7)
     sequential = keras.Sequential([keras.Input((5,)), keras.layers.Dense(4), keras.layers.Dense(3)])
     assert tuple(readout.penultimate(sequential)[1].shape) == (None, 4)
+    model, rounded, _, _ = linear  # one Dense layer called in two graphs: each graph's own input to it
+    assert readout.penultimate(model)[1] is model.inputs[0]
+    rounding = readout.penultimate(rounded)[1]
+    assert isinstance(_keras_internals.producing_layer(rounding), models.Round255)
 
 
 def _bad_models():

@@ -132,8 +132,7 @@ def selftest(
         for i in range(len(x)):
             sampled = _sample(x[i], i, config, eta, sizes)
             models = (extractor, head, binarized, surrogate)
-            records.append(_test_point(i, sampled, models, options, sizes["n_inner"]))
-            records[-1]["correct"] = bool(correct[i])
+            records.append(_test_point(i, sampled, bool(correct[i]), models, options, sizes["n_inner"]))
             bar.update(1)
             tested = [r["success"] for r in records if r["separated"]]
             bar.set_postfix(success=f"{np.mean(tested):.3f}" if tested else "-")
@@ -141,7 +140,7 @@ def selftest(
         records,
         eps=config.eps,
         norm=config.norm,
-        attack=attack if isinstance(attack, str) else list(attack),
+        attack=attack if isinstance(attack, str) else [getattr(a, "__name__", a) for a in attack],
         eta=eta,
         backend=keras.backend.backend(),
         seconds=time.perf_counter() - start,
@@ -222,9 +221,10 @@ def _difference(logits):
     return z[:, 1] - z[:, 0]
 
 
-def _test_point(i, sampled, models, options, n_inner):
-    """The record of point `i`: the readout fitted on `sampled`'s features and, when it separates, the
-    evaluation of the binarized model on the clean point (row 0).
+def _test_point(i, sampled, correct, models, options, n_inner):
+    """The record of point `i` (`correct`: the model classified it right): the readout fitted on
+    `sampled`'s features and, when it separates, the evaluation of the binarized model on the clean
+    point (row 0).
 
     `models`: `(extractor, head, binarized, surrogate)`, the last the surrogate's `(input, features)` or
     None. Its binarized model is built anew for each point: a compiled attack step may hold a
@@ -233,6 +233,7 @@ def _test_point(i, sampled, models, options, n_inner):
     extractor, head, binarized, surrogate = models
     record = {
         "index": i,
+        "correct": correct,
         "separated": False,
         "success": None,
         "broken_by": None,
