@@ -132,7 +132,7 @@ def _bad_models():
 @pytest.mark.parametrize(
     "change, error, match",
     [
-        ({"eps": 0.0}, ValueError, r"`eps` must be > 0 \(the binarized models need points at distance eps\)"),
+        ({"eps": 0.0}, ValueError, r"`eps` must be > 0. Received: eps=0.0"),
         ({"norm": 1}, ValueError, r"`norm` must be np.inf .* or 2 .*Received: norm=1"),
         ({"n_inner": 0}, ValueError, r"`n_inner` must be an integer >= 1. Received: n_inner=0"),
         ({"n_boundary": 1.5}, TypeError, r"`n_boundary` must be an integer >= 1"),

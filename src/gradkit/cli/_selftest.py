@@ -64,7 +64,12 @@ def add_parser(commands):
         default=["standard"],
         help="AutoAttack's version (standard, plus, rand) or comma-separated attacks (default: standard)",
     )
-    add("--n-inner", type=int, default=999, help="inner points per readout, the clean one included (999)")
+    add(
+        "--n-inner",
+        type=int,
+        default=999,
+        help="inner points per readout, the clean one included (default: 999)",
+    )
     add("--n-boundary", type=int, default=1, help="boundary points per readout (default: 1)")
     add("--eta", type=float, default=0.95, help="the inner points' radius over eps (default: 0.95)")
     add("--n", type=int, default=20, help="test the first N points of DATA (default: 20)")

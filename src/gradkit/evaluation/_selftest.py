@@ -151,8 +151,7 @@ def selftest(
 def _config(binarized, attack, eps, norm, clip_values, batch_size, seed, n_queries, steps, verbose):
     """`evaluate`'s checked configuration on the binarized model (two classes), its errors naming
     `attack`; eps must be > 0 and the norm Linf or L2."""
-    if _checks.check_eps(eps) == 0:
-        _checks.fail("eps", "> 0 (the binarized models need points at distance eps)", eps)
+    eps = _checks.check_real(eps, "eps", minimum=0, strict=True)  # boundary points at distance eps
     try:
         return _plan.check_config(
             binarized,
