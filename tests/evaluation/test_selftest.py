@@ -115,7 +115,8 @@ def test_the_features_are_read_before_a_softmax_and_per_graph_of_a_shared_dense_
     out = keras.layers.Activation("softmax")(keras.layers.Dense(3)(hidden))
     _, features = readout.penultimate(keras.Model(inputs, out))
     assert tuple(features.shape) == (None, 7)
-    sequential = keras.Sequential([keras.Input((5,)), keras.layers.Dense(4), keras.layers.Dense(3)])
+    dense = keras.layers.Dense(3, activation="softmax")  # replaced whole, its softmax with it
+    sequential = keras.Sequential([keras.Input((5,)), keras.layers.Dense(4), dense])
     assert tuple(readout.penultimate(sequential)[1].shape) == (None, 4)
     model, rounded, _, _ = linear  # one Dense layer called in two graphs: each graph's own input to it
     assert readout.penultimate(model)[1] is model.inputs[0]

@@ -59,7 +59,7 @@ def selftest(
 
     Args:
         model: a Sequential or Functional Keras classifier whose output is a Dense layer (optionally
-            followed by a softmax `Activation` or `Softmax` layer).
+            followed by `Activation` or `Softmax` layers, which the binarized model drops).
         x: float array `(n, ...)`, the test points.
         y: int class ids `(n,)` (or one-hot `(n, C)`), the true labels: each record says whether `model`
             classified its point correctly (`correct`); the binarized task does not use them.

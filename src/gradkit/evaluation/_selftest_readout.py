@@ -21,8 +21,8 @@ _NEWTON_STEPS = 50
 def _expected(name):
     return (
         f"`{name}` must be a Sequential or Functional Keras model whose output is a Dense layer (optionally "
-        "followed by a softmax Activation): the self-test replaces that last linear layer by a binary "
-        "readout on its input features"
+        "followed by Activation or Softmax layers): the self-test replaces that last linear layer by a "
+        "binary readout on its input features"
     )
 
 
@@ -32,7 +32,7 @@ def penultimate(model, name="model"):
 
     Raises:
         ValueError: `model` has no symbolic graph, no Dense layer at its output (after an optional
-            softmax `Activation` or `Softmax` layer) or features of another rank than 2.
+            `Activation` or `Softmax` layers) or features of another rank than 2.
     """
     inputs, outputs = _graph(model, "inputs"), _graph(model, "outputs")
     if not inputs or not outputs or len(inputs) != 1 or len(outputs) != 1:
