@@ -22,6 +22,16 @@ def producing_layer(tensor):
     return history[0] if history else None
 
 
+def producing_inputs(tensor):
+    """The symbolic input tensors of the call that produced `tensor` of a Functional model (a layer shared
+    by several graphs has one node per call: this one's), or [] for a graph input or a non-symbolic value."""
+    history = getattr(tensor, "_keras_history", None)
+    if not history:
+        return []
+    layer, node_index, _ = history
+    return list(layer._inbound_nodes[node_index].input_tensors)
+
+
 def output_structure(model):
     """The structure a Functional model's call returns (a dict of symbolic outputs keyed as the user built
     it, a list, one tensor), or None where the model has none (Sequential keeps no such structure;

@@ -1,6 +1,7 @@
 """The small models and data that the attack, evaluation and peer tests share: networks trained on
-scikit-learn's digits (nothing is downloaded), a random CNN on 6x6x2 images, two-feature linear models
-and the ensemble whose loud member outweighs the deciding one in the loss but not in the vote."""
+scikit-learn's digits (nothing is downloaded), a least-squares linear digits classifier and its copy
+behind an input-rounding layer, a random CNN on 6x6x2 images, two-feature linear models and the
+ensemble whose loud member outweighs the deciding one in the loss but not in the vote."""
 
 import keras
 import numpy as np
@@ -45,6 +46,28 @@ def digits_cnn(filters=16, n_train=1400, epochs=6, n_test=300):
     model.compile(keras.optimizers.Adam(0.01), LOGITS_CE)
     model.fit(x[:n_train], y[:n_train], epochs=epochs, batch_size=64, verbose=0)
     return model, x[n_train : n_train + n_test], y[n_train : n_train + n_test]
+
+
+@keras.saving.register_keras_serializable(package="gradkit_tests")
+class Round255(keras.layers.Layer):
+    """x rounded to 8-bit levels (multiples of 1/255): an input defence whose gradient is zero."""
+
+    def call(self, x):
+        return keras.ops.round(x * 255.0) / 255.0
+
+
+def digits_linear():
+    """`(linear, rounded, x, y)`: 64 digit pixels in [0, 1] -> Dense(10) logits fitted by least squares
+    to the one-hot labels of the first 1200 digits (the same weights on every backend, no training),
+    the same Dense layer behind `Round255`, and the next 100 digits."""
+    d = load_digits()
+    x, y = (d.data / 16.0).astype("float32"), d.target
+    design = np.hstack([x[:1200], np.ones((1200, 1))])
+    w = np.linalg.lstsq(design, np.eye(10)[y[:1200]], rcond=None)[0]
+    inputs, dense = keras.Input((64,)), keras.layers.Dense(10)
+    linear = keras.Model(inputs, dense(inputs))
+    dense.set_weights([w[:-1].astype("float32"), w[-1].astype("float32")])
+    return linear, keras.Model(inputs, dense(Round255()(inputs))), x[1200:1300], y[1200:1300]
 
 
 def small_cnn(seed=0):

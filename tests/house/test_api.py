@@ -15,7 +15,7 @@ TOP = [
     "square", "track_gradient_norm", "untrack_gradient_norm", "weight_gradients", "adversarial_training",
     "untrack_adversarial_training", "CatastrophicOverfittingCheck", "WorseThanRandomError",
     "OutOfMemoryError", "certify", "output_bounds", "Certificate", "smooth", "vote_certificate",
-    "from_torch",
+    "from_torch", "selftest",
 ]  # fmt: skip
 PACKAGES = {
     "gradkit.gradients": [
@@ -48,7 +48,7 @@ PACKAGES = {
         "Comparison", "Evaluation", "Shard", "check_curve", "compare", "evaluate", "evaluate_processes",
         "evaluate_shard", "merge_shards", "min_norm", "MinNormResult", "near_chance", "paired_comparison",
         "read_shard",
-        "robustness_curve",
+        "robustness_curve", "selftest", "SelfTest",
         "shard_rows", "wilson_interval", "write_report",
     ],
     "gradkit.training": [

@@ -1,16 +1,17 @@
-"""`gradkit`'s top-level parser and `main`: one subcommand per module (`_study`, `_evaluate`, `_merge`)."""
+"""`gradkit`'s top-level parser and `main`: one subcommand per module (`_study`, `_evaluate`, `_merge`,
+`_selftest`)."""
 
 import sys
 
 from gradkit import __version__
-from gradkit.cli import _evaluate, _merge, _study
+from gradkit.cli import _evaluate, _merge, _selftest, _study
 from gradkit.cli._parser import Parser, UsageError
 
-_RUN = {"study": _study.run, "evaluate": _evaluate.run, "merge": _merge.run}
+_RUN = {"study": _study.run, "evaluate": _evaluate.run, "merge": _merge.run, "selftest": _selftest.run}
 
 
 def build_parser():
-    """The argparse parser of `gradkit` (subcommands `evaluate`, `study`, `merge`).
+    """The argparse parser of `gradkit` (subcommands `evaluate`, `study`, `merge`, `selftest`).
 
     Built from Keras-free names only: `gradkit --help` and `gradkit <command> --help` import no backend.
     """
@@ -23,6 +24,7 @@ def build_parser():
     _evaluate.add_parser(commands)
     _study.add_parser(commands)
     _merge.add_parser(commands)
+    _selftest.add_parser(commands)
     return parser
 
 
@@ -33,10 +35,10 @@ def main(argv=None):
         argv: list of str, e.g. `["study", "--quick", "--out", "runs/q"]`. Defaults to None.
 
     Returns:
-        int: 0 on success (and for `--help`, `--version`), 2 on bad input (usage and message on stderr,
-        nothing written), 1 when a boosted model cannot be trained with these settings (its first
-        learner is worse than random; message on stderr, the models finished before it kept), 130
-        when interrupted.
+        int: 0 on success (and for `--help`, `--version`; `selftest`: PASS), 2 on bad input (usage and
+        message on stderr, nothing written), 1 when a boosted model cannot be trained with these
+        settings (its first learner is worse than random; message on stderr, the models finished
+        before it kept) and when `selftest` says FAIL, 130 when interrupted.
     """
     try:
         args = build_parser().parse_args(argv)

@@ -2,13 +2,17 @@
 and returns an `Evaluation`: the per-sample worst case, what broke each point, the cost, and signs of
 attack failure (`flags`). `check_curve` checks several evaluations at growing eps; `wilson_interval`
 and `compare` (McNemar's exact test) give the uncertainty of accuracies and of the difference of two
-models; `evaluate_shard`, `merge_shards`, `evaluate_processes` and `write_report` split an evaluation
-into parts or processes and write its files (what `gradkit evaluate` and `gradkit merge` do).
+models; `selftest` (the binarization test of Zimmermann et al. 2022) checks that an attack is strong
+enough for the model at hand; `evaluate_shard`, `merge_shards`, `evaluate_processes` and `write_report`
+split an evaluation into parts or processes and write its files (what `gradkit evaluate` and `gradkit
+merge` do).
 
 References:
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
     parameter-free attacks", ICML, https://arxiv.org/abs/2003.01690
     Carlini et al. (2019), "On evaluating adversarial robustness", https://arxiv.org/abs/1902.06705
+    Zimmermann, Brendel, Tramer & Carlini (2022), "Increasing confidence in adversarial robustness
+    evaluations", NeurIPS, https://arxiv.org/abs/2206.13991
 """
 
 from gradkit.evaluation._curve import robustness_curve
@@ -25,6 +29,8 @@ from gradkit.evaluation._stats import Comparison
 from gradkit.evaluation._stats import compare
 from gradkit.evaluation._stats import paired_comparison
 from gradkit.evaluation._stats import wilson_interval
+from gradkit.evaluation._selftest import selftest
+from gradkit.evaluation._selftest_result import SelfTest
 from gradkit.evaluation._shards import Shard
 from gradkit.evaluation._shards import evaluate_shard
 from gradkit.evaluation._shards import shard_rows
@@ -46,6 +52,8 @@ __all__ = [
     "paired_comparison",
     "read_shard",
     "robustness_curve",
+    "selftest",
+    "SelfTest",
     "shard_rows",
     "wilson_interval",
     "write_report",
