@@ -39,3 +39,21 @@ def test_bound_decision_is_the_hard_vote_and_the_argmax():
 def test_bind_decision_needs_a_batch_size():
     with pytest.raises(ValueError, match="batch_size"):
         AttackGradient(member(0)).bind_decision()
+
+
+def test_a_surrogates_new_weights_reach_the_compiled_gradient():
+    """BPDA's gradient is the surrogate's at its current weights: on JAX its values were once baked into
+    the compiled step at the first call. Hand value: d CE / dx = W_s (softmax(z_model) - onehot(y))."""
+    inp = keras.Input((3,))
+    model, surrogate = (
+        keras.Model(inp, keras.layers.Dense(2)(inp)),
+        keras.Model(inp, keras.layers.Dense(2)(inp)),
+    )
+    x, y = np.array([[1.0, -2.0, 0.5]], np.float32), np.array([0])
+    grad = AttackGradient(model, surrogate=surrogate)
+    grad(x, y)  # compiled with the surrogate's first weights
+    w_s = np.array([[1.0, -1.0], [0.5, 2.0], [-3.0, 0.0]], np.float32)
+    surrogate.layers[-1].set_weights([w_s, np.zeros(2, np.float32)])
+    z = np.asarray(model.predict(x, verbose=0), np.float64)[0]
+    p = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+    np.testing.assert_allclose(grad(x, y)[2][0], w_s @ (p - [1.0, 0.0]), rtol=1e-5, atol=1e-6)

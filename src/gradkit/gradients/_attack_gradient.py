@@ -78,8 +78,11 @@ class AttackGradient:
         )
         key.update(devices=backend.batch_multiple(), surrogate=None if surrogate is None else id(surrogate))
         models = self.ensemble.models
-        # the variable lists read once (walking the layers costs more than a forward pass on PyTorch)
-        self._variable_lists = [(m.trainable_variables, m.non_trainable_variables) for m in models]
+        # the variable lists read once (walking the layers costs more than a forward pass on PyTorch); a
+        # Keras surrogate's come last, passed as arguments like the members' (JAX would otherwise bake
+        # the values of its first call into the compiled step)
+        carried = list(models) + ([surrogate] if isinstance(surrogate, keras.Model) else [])
+        self._variable_lists = [(m.trainable_variables, m.non_trainable_variables) for m in carried]
         self._seeds, self._draws = _randomness.seed_indices(self._variable_lists), 0
         self._fn = compiled(models, "attack", self._compile_grad, **key)
         self._forward_fn = compiled(models, "attack-forward", self._compile_forward, **key)
@@ -118,7 +121,14 @@ class AttackGradient:
         """Every member's logits `[(n, C)]` and its non-trainable values after the call; with a
         surrogate, straight-through logits (the member's value, the surrogate's gradient: BPDA)."""
         logits, after = [], []
-        sur = None if self.surrogate is None else _surrogate.call_surrogate(self.surrogate, x)
+        sur = None
+        if isinstance(self.surrogate, keras.Model):  # its values are the last entry (see __init__)
+            sur, state = backend.stateless_call(
+                self.surrogate, trainables[-1], non_trainables[-1], x, training=False
+            )
+            after_surrogate = [state]
+        elif self.surrogate is not None:
+            sur, after_surrogate = _surrogate.call_surrogate(self.surrogate, x), []
         for k, (model, is_logits) in enumerate(self._forward):
             out, state = backend.stateless_call(model, trainables[k], non_trainables[k], x, **self._kwargs)
             z = _objectives.as_logits(select_output(out, self._keys[k]), is_logits)
@@ -126,7 +136,7 @@ class AttackGradient:
                 z = _surrogate.straight_through(z, _objectives.as_logits(sur, self._surrogate_is_logits))
             logits.append(z)
             after.append(state)
-        return logits, after
+        return logits, after + (after_surrogate if sur is not None else [])
 
     @property
     def trace_count(self):
