@@ -41,6 +41,7 @@ _EXPORTS = {
     "evaluate": "gradkit.evaluation",
     "Evaluation": "gradkit.evaluation",
     "compare": "gradkit.evaluation",
+    "optimality": "gradkit.evaluation",
     # certified bounds
     "certify": "gradkit.certificates",
     "output_bounds": "gradkit.certificates",
