@@ -223,6 +223,7 @@ def run_min_norm(frame, update, name, static, *, start, per_row, constants, step
         return to_host((state["best_x"], state["found"], state["x"]), count)
 
     parts = run(objective, step, labels, labels, scalars, init, steps, finish)
+    frame.n_gradients += len(labels) * steps  # one gradient of every row a step (`recording()` reads it)
     best, found, last = (np.concatenate([p[i] for p in parts]) for i in range(3))
     return past_boundary(frame, np.where(rows_mask_host(found, best), best, last), found)
 
