@@ -95,6 +95,10 @@ def test_the_trace_of_apgd_ends_at_the_loss_of_its_returned_examples(digits_cnn)
     start, end, count = trace.tails(0.1)
     assert count == left.sum() and end == pytest.approx(ce[left].sum(), rel=1e-4)
     assert start == pytest.approx(losses[-3, left].sum(), rel=1e-6)  # 21 steps recorded: 18 -> 20
+    with tracing_losses() as trace:  # PGD as evaluate runs it keeps its best loss too (not FAB, Square)
+        gradkit.attacks.run_attack("pgd", model, x, y, eps=0.1, steps=5, clip_values=(0, 1), seed=0)
+        gradkit.attacks.run_attack("fab", model, x, y, eps=0.1, steps=5, clip_values=(0, 1))
+    assert [len(run) for run in trace.runs] == [6]  # 5 steps and the evaluation of the last iterate
 
 
 def test_two_steps_are_flagged_not_converged_and_the_default_is_not(digits_cnn):
