@@ -21,6 +21,7 @@ MODULES = [
     "bench_torch_module",
     "bench_certify",
     "bench_malt",
+    "bench_optimality",
 ]
 
 if __name__ == "__main__":

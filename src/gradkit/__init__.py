@@ -42,6 +42,7 @@ _EXPORTS = {
     "Evaluation": "gradkit.evaluation",
     "compare": "gradkit.evaluation",
     "selftest": "gradkit.evaluation",
+    "optimality": "gradkit.evaluation",
     # certified bounds
     "certify": "gradkit.certificates",
     "output_bounds": "gradkit.certificates",

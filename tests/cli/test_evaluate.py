@@ -540,3 +540,22 @@ def test_certify_refuses_l1_naming_the_flag(capsys, files, tmp_path):
     ]
     code, seen = _run(capsys, *args, *ATTACK)
     assert code == 2 and "--certify" in seen.err and "Linf and L2" in seen.err and not out.exists()
+
+
+def test_check_convergence_reruns_and_flags_as_python(capsys, files, tmp_path):
+    out, args = (
+        tmp_path / "out",
+        ["--attacks", "apgd-ce", "--steps", "1", "--batch-size", "16", "--no-progress"],
+    )
+    code, seen = _run(capsys, files["model"], files["data"], "--eps", "0.15", "--out", str(out), *args,
+                      "--check-convergence")  # fmt: skip
+    assert code == 0, seen.err
+    model = keras.saving.load_model(files["model"])
+    options = dict(attacks="apgd-ce", steps=1, clip_values=(0, 1), batch_size=16, verbose=0)
+    expected = gradkit.evaluate(model, files["x"], files["y"], eps=0.15, check_convergence=True, **options)
+    report = json.loads((out / "evaluation.json").read_text())
+    assert list(report["results"][0]["per_attack"]) == ["apgd-ce", "apgd-ce (x2)"]
+    assert report["robust_accuracy"] == expected.robust_accuracy
+    assert [r["broken_by"] or None for r in _samples(out)] == expected.broken_by
+    assert [f["name"] for f in report["flags"]] == [f["name"] for f in expected.flags]
+    assert "still_improving" in [f["name"] for f in expected.flags]  # one step: its loss still rose

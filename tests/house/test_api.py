@@ -9,7 +9,7 @@ import gradkit
 TOP = [
     "AdaBoostM1", "DisconnectedGradientError", "Evaluation", "GradientNormCallback", "InputGradient",
     "SAMME", "WeightGradient", "WeightedEnsemble", "apgd", "bim", "compare", "ddn", "evaluate", "fab", "fgsm",
-    "fmn", "min_norm",
+    "fmn", "min_norm", "optimality",
     "gradient_norm", "input_gradient", "load", "pgd", "plot_grad_norm", "plot_robustness",
     "plot_training_diagnostics", "robustness_curve", "run_study",
     "square", "track_gradient_norm", "untrack_gradient_norm", "weight_gradients", "adversarial_training",
@@ -37,7 +37,7 @@ PACKAGES = {
         "NAMES", "TINY", "direction_tensor", "per_sample_norm_tensor", "project_and_clip_tensor",
         "AttackResult", "apgd", "bim", "ddn", "decide", "default_eps_step", "fab", "fgsm", "fmn",
         "gradient_for", "is_ensemble", "pgd", "predict_labels", "prepare", "run_attack", "square",
-        "MIN_NORM_NAMES", "TABLE", "recording", "check_single_input",
+        "MIN_NORM_NAMES", "TABLE", "recording", "check_single_input", "tracing_losses",
     ],
     "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "describe", "load"],
     "gradkit.certificates": [
@@ -46,7 +46,8 @@ PACKAGES = {
     ],
     "gradkit.evaluation": [
         "Comparison", "Evaluation", "Shard", "check_curve", "compare", "evaluate", "evaluate_processes",
-        "evaluate_shard", "merge_shards", "min_norm", "MinNormResult", "near_chance", "paired_comparison",
+        "evaluate_shard", "merge_shards", "min_norm", "MinNormResult", "near_chance", "optimality",
+        "paired_comparison",
         "read_shard",
         "robustness_curve", "selftest", "SelfTest",
         "shard_rows", "wilson_interval", "write_report",

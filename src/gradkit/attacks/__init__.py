@@ -31,6 +31,7 @@ from gradkit.attacks.geometry import default_eps_step
 from gradkit.attacks.geometry import direction_tensor
 from gradkit.attacks.geometry import per_sample_norm_tensor
 from gradkit.attacks.geometry import project_and_clip_tensor
+from gradkit.attacks._engine import tracing_losses
 from gradkit.attacks._frame import check_single_input
 from gradkit.attacks._frame import gradient_for
 from gradkit.attacks._frame import predict_labels
@@ -70,4 +71,5 @@ __all__ = [
     "recording",
     "run_attack",
     "square",
+    "tracing_losses",
 ]

@@ -15,6 +15,8 @@ decision boundary (`past_boundary`), so that an example counted as adversarial s
 the user predicts it alone or in another batch.
 """
 
+import contextlib
+import contextvars
 import math
 
 import numpy as np
@@ -96,10 +98,69 @@ def run(objective, step, labels, targets, constants, init, n_steps, finish):
 def advance(step, variables, state, fixed, n_steps):
     """`n_steps` calls of the compiled `step` from `state`, with nothing read back to the host. The
     backend's out-of-memory error is re-raised as `gradkit.OutOfMemoryError`, naming `batch_size`."""
+    trace = _TRACE.get()
     with backend.out_of_memory_hint(tree.flatten(state["x"])[0].shape[0]):
         for _ in range(n_steps):
             state = step(*variables, state, fixed)
+            if trace is not None:
+                trace.note(state, fixed)
     return state
+
+
+# ---------------------------------------------------------------------------------------------------
+# The loss trace of an ascent (APGD's best loss, PGD's best loss where it keeps one), for the
+# convergence checks of `gradkit.evaluate`.
+
+
+class LossTrace:
+    """Per step, the best loss of each row an ascent has not fooled yet (NaN once fooled, and on padding
+    rows), as backend tensors appended after every step of `advance`, read only by `tails`.
+
+    Each run (a batch of one APGD or PGD call: one restart, its stacked targets) is one list; a run
+    starts where `advance` gets another `fixed`. States without a best loss and a success record (FAB,
+    Square, the minimum-norm attacks) add nothing."""
+
+    def __init__(self):
+        self.runs, self._fixed = [], None
+
+    def note(self, state, fixed):
+        """Appends the step's best losses of the rows not fooled (one elementwise op, nothing read)."""
+        key = "best_values" if "best_values" in state else "value" if "value" in state else None
+        if key is None or "success" not in state:
+            return
+        if fixed is not self._fixed:
+            self._fixed = fixed
+            self.runs.append([])
+        out = ops.logical_or(state["success"], fixed["weights"]["rows"] <= 0)
+        self.runs[-1].append(ops.where(out, np.float32(np.nan), state[key]))
+
+    def tails(self, share=0.1):
+        """`(start, end, count)` floats: the summed best loss of the rows no run fooled, at the step where
+        its last `share` of steps begins and at its last step, and how many rows (pooled over the runs;
+        rows whose loss is not finite at either step are left out). One read per run."""
+        start = end = count = 0.0
+        for run in self.runs:
+            losses = backend.to_numpy(ops.stack(run)).astype(np.float64)  # (steps, rows)
+            first = max(0, len(losses) - 1 - max(1, round(share * len(losses))))
+            kept = np.isfinite(losses[first]) & np.isfinite(losses[-1])
+            start += float(losses[first, kept].sum())
+            end += float(losses[-1, kept].sum())
+            count += float(kept.sum())
+        return start, end, count
+
+
+_TRACE = contextvars.ContextVar("gradkit_loss_trace", default=None)
+
+
+@contextlib.contextmanager
+def tracing_losses():
+    """Records the per-step best loss of the ascents run inside the block: yields a `LossTrace`."""
+    trace = LossTrace()
+    token = _TRACE.set(trace)
+    try:
+        yield trace
+    finally:
+        _TRACE.reset(token)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -162,6 +223,7 @@ def run_min_norm(frame, update, name, static, *, start, per_row, constants, step
         return to_host((state["best_x"], state["found"], state["x"]), count)
 
     parts = run(objective, step, labels, labels, scalars, init, steps, finish)
+    frame.n_gradients += len(labels) * steps  # one gradient of every row a step (`recording()` reads it)
     best, found, last = (np.concatenate([p[i] for p in parts]) for i in range(3))
     return past_boundary(frame, np.where(rows_mask_host(found, best), best, last), found)
 

@@ -81,6 +81,12 @@ def add_parser(commands):
         help="also certify every point (Linf, L2) by bound propagation: a certified accuracy beside the "
         "robust one, a certified column in samples.csv (default: none)",
     )
+    add(
+        "--check-convergence",
+        action="store_true",
+        help="rerun the attacks on the points left robust with twice the steps and restarts (a point "
+        "that falls counts as broken; flag not_converged) and flag still_improving losses",
+    )
     add("--eot-iter", type=int, default=20, help="rand: gradients averaged per step (default: 20)")
     add("--attacks", type=word_list, help="comma-separated attacks instead of the version's (apgd-ce, ...)")
     add("--n-points", type=int, help="evaluate the first N points only (default: all)")
@@ -158,6 +164,8 @@ def _prepare(args, inputs):
         "eot_iter": args.eot_iter,
         "certify": args.certify,
     }
+    if args.check_convergence:  # only when set: the options of other evaluations stay as they were
+        options["check_convergence"] = True
     if args.shard is not None:
         k, n = args.shard
         if not 1 <= k <= n:

@@ -3,9 +3,9 @@ and returns an `Evaluation`: the per-sample worst case, what broke each point, t
 attack failure (`flags`). `check_curve` checks several evaluations at growing eps; `wilson_interval`
 and `compare` (McNemar's exact test) give the uncertainty of accuracies and of the difference of two
 models; `selftest` (the binarization test of Zimmermann et al. 2022) checks that an attack is strong
-enough for the model at hand; `evaluate_shard`, `merge_shards`, `evaluate_processes` and `write_report`
-split an evaluation into parts or processes and write its files (what `gradkit evaluate` and `gradkit
-merge` do).
+enough for the model at hand; `optimality` scores attacks' per-sample distances against their best
+(AttackBench); `evaluate_shard`, `merge_shards`, `evaluate_processes` and `write_report` split an
+evaluation into parts or processes and write its files (what `gradkit evaluate` and `gradkit merge` do).
 
 References:
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
@@ -21,6 +21,7 @@ from gradkit.evaluation._flags import near_chance
 from gradkit.evaluation._merge import merge_shards
 from gradkit.evaluation._min_norm import MinNormResult
 from gradkit.evaluation._min_norm import min_norm
+from gradkit.evaluation._optimality import optimality
 from gradkit.evaluation._processes import evaluate_processes
 from gradkit.evaluation._report import read_shard
 from gradkit.evaluation._report import write_report
@@ -49,6 +50,7 @@ __all__ = [
     "min_norm",
     "MinNormResult",
     "near_chance",
+    "optimality",
     "paired_comparison",
     "read_shard",
     "robustness_curve",

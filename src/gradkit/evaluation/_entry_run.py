@@ -8,7 +8,7 @@ from tqdm.auto import tqdm
 
 from gradkit import attacks as registry
 from gradkit.errors import DisconnectedGradientError
-from gradkit.evaluation import _plan
+from gradkit.evaluation import _convergence, _plan
 
 
 def _attack(model, x_rows, y_rows, entry, config, seed, state):
@@ -18,18 +18,19 @@ def _attack(model, x_rows, y_rows, entry, config, seed, state):
             entry, x_rows, entry.fn(model, x_rows, y_rows, eps=config.eps), config
         )
         return x_adv, fooled(model, x_adv, y_rows, config, state), None
-    result = registry.run_attack(
-        entry.attack,
-        model,
-        x_rows,
-        y_rows,
-        eps=config.eps,
-        norm=config.norm,
-        clip_values=config.clip_values,
-        batch_size=config.batch_size,
-        seed=seed,
-        **_plan.options(entry, config),
-    )
+    with _convergence.tracing(entry, config, state.per_attack[entry.name]):
+        result = registry.run_attack(
+            entry.attack,
+            model,
+            x_rows,
+            y_rows,
+            eps=config.eps,
+            norm=config.norm,
+            clip_values=config.clip_values,
+            batch_size=config.batch_size,
+            seed=seed,
+            **_plan.options(entry, config),
+        )
     state.n_forwards += int(result.n_forwards)
     state.n_gradients += int(result.n_gradients)
     if result.from_probabilities and entry.name not in state.from_probabilities:
@@ -125,4 +126,5 @@ def run_entry(model, x, labels, entry, config, state, first_block=0, tasks=None,
         **{key: record[key] for key in _COUNTS},
         "seconds": time.perf_counter() - t0,
         "no_gradient": record["no_gradient"],
+        **{key: record[key] for key in (_convergence.TRACE,) if key in record},
     }

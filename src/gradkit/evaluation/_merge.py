@@ -121,6 +121,8 @@ def _per_attack(states, sizes, n):
             "seconds": sum(r["seconds"] for r in records),
             "no_gradient": any(r.get("no_gradient", False) for r in records),
         }
+        if all("loss_tail" in r for r in records):  # check_convergence: the ascents' loss tails, summed
+            merged[name]["loss_tail"] = [sum(t) for t in zip(*(r["loss_tail"] for r in records))]
     return merged
 
 

@@ -68,6 +68,7 @@ class Config:
     skipped: tuple = ()  # (attack, reason) of a version's attacks not run
     certify: str | None = None  # the bound method of the certified side ("ibp", "crown") or None
     inputs: object = None  # `_scale.Inputs`: classes, features, the data's and the model's ranges
+    check_convergence: bool = False  # rerun with twice the budget, trace the ascents' losses
 
 
 def _expected():
@@ -188,6 +189,7 @@ def check_config(
     surrogate=None,
     certify=None,
     inputs=None,
+    check_convergence=False,
 ):
     """The checked `Config` (`inputs`: its `_scale.Inputs`, kept as given); TypeError/ValueError in
     `gradkit._checks`' form for any bad argument."""
@@ -216,6 +218,7 @@ def check_config(
         verbose=_checks.check_int(verbose, "verbose", minimum=0),
         entries=entries,
         inputs=inputs,
+        check_convergence=_checks.check_flag(check_convergence, "check_convergence"),
     )
 
 

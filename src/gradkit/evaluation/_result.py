@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 
 from gradkit import _checks
-from gradkit.evaluation import _certified, _flags, _scale
+from gradkit.evaluation import _certified, _convergence, _flags, _scale
 from gradkit.evaluation._stats import METHOD, wilson_interval
 
 _WHY = (
@@ -190,6 +190,8 @@ def from_state(state, config, *, weights=(), shares=None, backend, certified=Non
         _flags.one_network(weights),
         _flags.dominant_gradient(shares) if shares is not None else None,
         _certified.contradicted(certified, state.robust, start),
+        _convergence.not_converged(config, state.per_attack, state.broken_by, start),
+        _convergence.still_improving(state.per_attack),
     ]
     return Evaluation(
         clean_accuracy=state.clean_accuracy,

@@ -71,6 +71,7 @@ class Shard:
             certify=self.settings.get("certify"),
             skipped=tuple(tuple(s) for s in self.settings.get("skipped", ())),
             inputs=_scale.Inputs.from_dict(self.settings.get("inputs")),
+            check_convergence=bool(self.settings.get("check_convergence", False)),
         )
         return [
             from_state(
@@ -171,12 +172,13 @@ def evaluate_shard(
     verbose=1,
     tasks=None,
     certify=None,
+    check_convergence=False,
 ):
     """`gradkit.evaluate`'s cascade at every eps of `epsilons` on the rows `rows` of `x`.
 
     Args:
         model, x, y, norm, version, attacks, eot_iter, clip_values, seed, n_queries, steps, verbose,
-            certify: as
+            certify, check_convergence: as
             for `gradkit.evaluate` (callables in `attacks` and a `surrogate` are not supported here).
         epsilons: float >= 0 or a strictly increasing list of them; each eps attacks only the points
             every smaller one left robust.
@@ -213,6 +215,7 @@ def evaluate_shard(
         verbose=verbose,
         inputs=_scale.inputs(model, x, classes),
         certify=certify,
+        check_convergence=check_convergence,
     )
     if any(e.fn is not None for e in config.entries):
         _checks.fail("attacks", "registry attack names (a shard is saved and merged by name)", attacks)

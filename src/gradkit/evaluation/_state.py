@@ -108,6 +108,8 @@ def _version_fingerprint(config):
     out = {"version": config.version}
     if config.version == "rand":
         out["eot_iter"] = config.eot_iter
+    if config.check_convergence:  # only when set: the fingerprints of other evaluations stay as they were
+        out["check_convergence"] = True
     if config.surrogate is not None:
         s = config.surrogate
         name = f"{getattr(s, '__module__', '')}.{getattr(s, '__qualname__', type(s).__qualname__)}"

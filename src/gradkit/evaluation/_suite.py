@@ -6,7 +6,7 @@ import keras
 import numpy as np
 
 from gradkit import attacks as registry
-from gradkit.evaluation import _certified, _plan, _scale, _state, _versions
+from gradkit.evaluation import _certified, _convergence, _plan, _scale, _state, _versions
 from gradkit.evaluation._entry_run import fooled, run_entry
 from gradkit.evaluation._result import from_state
 from gradkit.evaluation._stats import points_digest
@@ -34,6 +34,7 @@ def evaluate(
     state_path=None,
     verbose=1,
     certify=None,
+    check_convergence=False,
 ):
     """Robust accuracy under a cascade of attacks: one of AutoAttack's versions, or your own list.
 
@@ -106,6 +107,16 @@ def evaluate(
             certificate of its own prediction, `gradkit.vote_certificate`), giving the result's
             `certified`, `certified_accuracy` (a lower bound beside `robust_accuracy`, the upper
             bound) and the flag `certificate_contradicted` for a certified point an attack broke.
+        check_convergence: bool, default False. True: after the cascade every registry attack of it
+            runs again on the points still robust with twice `steps` (Square: twice `n_queries`) and
+            twice its restarts where it has them (APGD, FAB), named "<attack> (x2)" in `per_attack`
+            and `broken_by`. A point a rerun breaks counts as broken (the worst case per sample: the
+            robust accuracy falls by them) and the flag `not_converged` gives their count and indices.
+            The ascents (APGD, PGD, BIM) also record their best loss after every step: where its mean
+            over the points an attack left robust still rose by more than 1e-3 (relative) over the
+            last 10% of its steps, the flag `still_improving` names the attack (and `per_attack`
+            holds its "loss_tail": `[start, end, count]`, the summed best losses there and the rows).
+            Callables and FGSM are not rerun.
 
     Returns:
         `Evaluation`: accuracies, the per-sample `robust`, `broken_by` and `x_adv`, the per-attack
@@ -154,6 +165,7 @@ def evaluate(
         verbose=verbose,
         certify=certify,
         inputs=_scale.inputs(model, x, classes),
+        check_convergence=check_convergence,
     )
     _plan.check_range(x, config.clip_values)
     state_path = _state.check_path(state_path)
@@ -196,7 +208,7 @@ def cascade(
         else:
             _state.save_block(state_path, fp, state, rows)
 
-    for entry in config.entries:
+    for entry in _convergence.entries(config):
         if entry.name in state.finished:
             continue
         run_entry(model, x, labels, entry, config, state, first_block, tasks, save=save)

@@ -15,7 +15,7 @@ import uuid
 import numpy as np
 
 from gradkit import backend
-from gradkit.evaluation import _shards, _state
+from gradkit.evaluation import _convergence, _shards, _state
 from gradkit.evaluation._entry_run import run_entry
 
 _POLL = 0.2  # seconds between looks at the other processes' progress
@@ -72,7 +72,8 @@ class Tasks:
         """Starts eps number `eps_index` of `config`: this process's `state` over the rows from `start` of
         all points `x`, `labels`."""
         self.i, self.model, self.x, self.labels, self.config = eps_index, model, x, labels, config
-        self.state, self.start, self.names = state, start, [e.name for e in config.entries]
+        self.state, self.start = state, start
+        self.names = [e.name for e in _convergence.entries(config)]
         self.stolen = {}  # block -> the attack from which another process runs it
         for k in self.blocks[self.rank]:
             self._progress(k, -1)
@@ -168,7 +169,7 @@ class Tasks:
             0.0,
             self.state.randomized,
         )
-        entries = {e.name: e for e in self.config.entries}
+        entries = {e.name: e for e in _convergence.entries(self.config)}
         counts, config = [], dataclasses.replace(self.config, verbose=0)
         for name in self.names[a0:]:
             run_entry(self.model, self.x[rows], self.labels[rows], entries[name], config, state, k)
