@@ -1,0 +1,81 @@
+"""The resumable state of an evaluation of a stream (`_streaming`): one record per finished block.
+
+On disk (`state_path=`): a JSON file (the evaluation's fingerprint, and per finished block its data's
+digest, its costs and per-attack counts, and the npz holding its per-point arrays) and beside it one
+`<stem>.block<j>.npz` per block (robust, broken_by, zero_gradient, and certified/shares when computed).
+Each npz is written before the JSON that names it with its SHA-256 (`gradkit._io`, atomically), so an
+interrupted run leaves a JSON whose files exist and match; a rerun reads the stream again, checks each
+finished block's data against its digest and attacks only the blocks after them.
+"""
+
+import os
+
+import numpy as np
+
+from gradkit import _io
+from gradkit.evaluation import _state
+
+FORMAT = "gradkit.evaluation.stream/1"
+check_path = _state.check_path
+
+
+def fingerprint(model, x, labels, config):
+    """`_state.fingerprint` of a stream: the data's digest replaced by the block size (each block's data
+    is checked against its own digest on resume)."""
+    fp = _state.fingerprint(model, x[:0], labels[:0], config)
+    del fp["x"], fp["y"]
+    return {**fp, "format": FORMAT, "block": config.batch_size}
+
+
+def block_digest(x, labels):
+    """The digest of one block's points (its `x` and labels)."""
+    return _state.digest(x) + "|" + _state.digest(labels)
+
+
+def load(state_path, fp):
+    """The block records saved at `state_path` for fingerprint `fp` ([] when there is no file).
+
+    Raises:
+        StateMismatchError: the file holds another evaluation, or is unreadable.
+    """
+    try:
+        meta = _io.read_json(state_path)
+    except (OSError, ValueError) as error:
+        _state._other(state_path, f"an unreadable file ({error})")
+    if meta is None:
+        return []
+    if not isinstance(meta, dict) or meta.get("fingerprint") != fp:
+        keys, said = _state.changes(meta.get("fingerprint") if isinstance(meta, dict) else None, fp)
+        _state._other(state_path, "another evaluation: " + ", ".join(said), keys)
+    return list(meta["blocks"])
+
+
+def arrays(state_path, record, j, digest):
+    """The per-point arrays of finished block `j` (a dict of numpy arrays), after checking that the data
+    read again has the digest saved with it and that its npz is intact."""
+    if record["digest"] != digest:
+        _state._other(state_path, f"another stream: the points of block {j} differ", ["x"])
+    folder = os.path.dirname(os.path.abspath(state_path))
+    with np.load(_state._checked(folder, state_path, record["arrays"], record["sha256"])) as loaded:
+        out = {k: loaded[k] for k in loaded.files}
+    out["broken_by"] = [str(b) or None for b in out["broken_by"]]
+    return out
+
+
+def save_block(state_path, fp, records, j, digest, block, record):
+    """Appends finished block `j` (its per-point arrays `block`, its costs `record`) to the file: its npz,
+    then the JSON naming it. `records`: the blocks saved so far (extended in place)."""
+    folder = os.path.dirname(os.path.abspath(state_path))
+    os.makedirs(folder, exist_ok=True)
+    path = f"{_state._stem(state_path)}.block{j}.npz"
+    values = {k: v for k, v in block.items() if v is not None}
+    values["broken_by"] = np.array([b or "" for b in block["broken_by"]], dtype=str)
+
+    def write(tmp):
+        with open(tmp, "wb") as f:
+            np.savez(f, **values)
+
+    _io.write_atomic(path, write)
+    records.append({"digest": digest, "arrays": os.path.basename(path), "sha256": _io.sha256(path), **record})
+    _io.write_json({"fingerprint": fp, "blocks": records}, state_path)
+    _io.fsync_dir(folder)
