@@ -94,12 +94,12 @@ def test_an_interrupted_stream_resumes_at_its_next_block(problem, tmp_path, monk
     model, x, y, arrays = problem
     path, run, ran = tmp_path / "state.json", _streaming._run_block, []
 
-    def stopping(suite, model, x, labels, j, config, randomized):
+    def stopping(suite, model, x, labels, j, *args):
         if j == 2 and not ran.count("stop"):
             ran.append("stop")
             raise KeyboardInterrupt
         ran.append(j)
-        return run(suite, model, x, labels, j, config, randomized)
+        return run(suite, model, x, labels, j, *args)
 
     monkeypatch.setattr(_streaming, "_run_block", stopping)
     with pytest.raises(KeyboardInterrupt):

@@ -16,15 +16,21 @@ from gradkit import _io
 from gradkit.evaluation import _state
 
 FORMAT = "gradkit.evaluation.stream/1"
-check_path = _state.check_path
 
 
-def fingerprint(model, x, labels, config):
-    """`_state.fingerprint` of a stream: the data's digest replaced by the block size (each block's data
-    is checked against its own digest on resume)."""
-    fp = _state.fingerprint(model, x[:0], labels[:0], config)
-    del fp["x"], fp["y"]
-    return {**fp, "format": FORMAT, "block": config.batch_size}
+def fingerprint(model, x, config, epsilons, by_prediction):
+    """`_state.fingerprint` of a stream (`x`: its first rows, for the shapes): the data's digest replaced
+    by the block size (each block's data is checked against its own digest on resume), with every eps
+    and how the clean points are judged."""
+    fp = _state.fingerprint(model, x[:0], np.zeros(0, np.int64), config)
+    del fp["x"], fp["y"], fp["eps"]
+    return {
+        **fp,
+        "format": FORMAT,
+        "block": config.batch_size,
+        "epsilons": list(epsilons),
+        "by_prediction": by_prediction,
+    }
 
 
 def block_digest(x, labels):
@@ -58,7 +64,8 @@ def arrays(state_path, record, j, digest):
     folder = os.path.dirname(os.path.abspath(state_path))
     with np.load(_state._checked(folder, state_path, record["arrays"], record["sha256"])) as loaded:
         out = {k: loaded[k] for k in loaded.files}
-    out["broken_by"] = [str(b) or None for b in out["broken_by"]]
+    for key in [k for k in out if k.startswith("broken_by")]:
+        out[key] = [str(b) or None for b in out[key]]
     return out
 
 
@@ -69,7 +76,8 @@ def save_block(state_path, fp, records, j, digest, block, record):
     os.makedirs(folder, exist_ok=True)
     path = f"{_state._stem(state_path)}.block{j}.npz"
     values = {k: v for k, v in block.items() if v is not None}
-    values["broken_by"] = np.array([b or "" for b in block["broken_by"]], dtype=str)
+    for key in [k for k in values if k.startswith("broken_by")]:
+        values[key] = np.array([b or "" for b in values[key]], dtype=str)
 
     def write(tmp):
         with open(tmp, "wb") as f:

@@ -18,7 +18,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from gradkit import _checks
-from gradkit.evaluation import _plan, _scale, _sources, _stream_state, _versions
+from gradkit.attacks import decide
+from gradkit.evaluation import _plan, _scale, _sources, _state, _stream_state, _versions
 from gradkit.evaluation._entry_run import fooled
 from gradkit.evaluation._result import from_state
 from gradkit.evaluation._state import State
@@ -53,58 +54,68 @@ def _ahead(blocks, rows):
 
 
 def _configure(model, x0, y0, options):
-    """`(config, surrogate)` checked on the first block, as `evaluate` checks arrays."""
+    """The `Config` checked on the first block, as `evaluate` checks arrays."""
     _versions.check_version(options["version"], options["attacks"], options["eot_iter"])
     x0, _, classes = _plan.check_data(model, x0, y0)
-    options["surrogate"] = check_surrogate(options["surrogate"], model, x0)
-    config = _plan.check_config(model, classes, **options, inputs=_scale.inputs(model, x0, classes))
-    return config
+    options["surrogate"] = check_surrogate(options.get("surrogate"), model, x0)
+    return _plan.check_config(model, classes, **options, inputs=_scale.inputs(model, x0, classes))
 
 
-def _run_block(suite, model, x, labels, j, config, randomized):
-    """The per-point arrays and the costs of the whole cascade on block `j`."""
+def _first_state(model, x, labels, config, randomized, prediction):
+    """The block's state before any attack: judged by `fooled` (as `evaluate`), or by `prediction`
+    (as `evaluate_shard`)."""
     state = State(np.zeros(len(x), bool), [], x.copy(), np.zeros(len(x), bool), 0.0, randomized)
-    state.robust = ~fooled(model, x, labels, config, state)
+    if prediction is None:
+        state.robust = ~fooled(model, x, labels, config, state)
+    else:
+        state.robust, state.n_forwards = prediction == labels, len(x)
     state.broken_by = [None if r else "clean" for r in state.robust]
-    suite.cascade(model, x, labels, config, state, first_block=j)
-    shares = suite.shares_of(model, x, labels, config)
-    arrays = {
-        "robust": state.robust,
-        "broken_by": state.broken_by,
-        "zero_gradient": state.zero_gradient,
-        "certified": suite.certified_of(model, x, labels, config),
-        "shares": None if shares is None else np.asarray(shares),
-    }
-    record = {
-        "per_attack": {
+    return state
+
+
+def _run_block(suite, model, x, labels, j, configs, randomized, prediction=None):
+    """`(arrays, record)`: the per-point arrays (keys suffixed with the eps's number) and the costs
+    (one record per eps) of the whole cascade on block `j` at each of `configs`' eps in turn, each on
+    the points the smaller ones left robust."""
+    arrays, records, state = {"prediction": prediction}, [], None
+    for i, config in enumerate(configs):
+        if state is None:
+            state = _first_state(model, x, labels, config, randomized, prediction)
+        else:
+            state = _state.carry(state)
+        suite.cascade(model, x, labels, config, state, first_block=j)
+        arrays.update({f"robust_{i}": state.robust, f"broken_by_{i}": state.broken_by})
+        arrays[f"zero_gradient_{i}"] = state.zero_gradient
+        arrays[f"certified_{i}"] = suite.certified_of(model, x, labels, config)
+        per_attack = {
             name: {**{k: r[k] for k in _COUNTS}, "no_gradient": r["no_gradient"]}
             for name, r in state.per_attack.items()
-        },
-        "costs": [state.n_forwards, state.n_gradients, state.unconfirmed],
-        "from_probabilities": state.from_probabilities,
-    }
-    return arrays, record
+        }
+        counts = [round(state.per_attack[e.name]["robust_accuracy"] * len(x)) for e in config.entries]
+        costs = [state.n_forwards, state.n_gradients, state.unconfirmed]
+        records.append(dict(per_attack=per_attack, counts=counts, costs=costs))
+        records[-1]["from_probabilities"] = state.from_probabilities
+    shares = suite.shares_of(model, x, labels, configs[0])
+    arrays["shares"] = None if shares is None else np.asarray(shares)
+    return arrays, {"eps": records}
 
 
 class _Totals:
-    """The per-point arrays and the summed costs of the blocks so far."""
+    """One eps's per-point arrays and summed costs over the blocks so far."""
 
-    def __init__(self, names):
-        self.names, self.parts, self.labels = names, [], []
+    def __init__(self, names, i):
+        self.names, self.i, self.parts = names, i, []
         self.per_attack = {n: {**dict.fromkeys(_COUNTS, 0), "no_gradient": False} for n in names}
-        self.costs, self.from_probabilities = [0, 0, 0], set()
-        self.low, self.high = np.inf, -np.inf
+        self.counts, self.costs, self.from_probabilities = [0] * len(names), [0, 0, 0], set()
 
-    def add(self, x, labels, arrays, record):
-        self.parts.append(arrays)
-        self.labels.append(labels)
-        self.low, self.high = min(self.low, float(np.min(x))), max(self.high, float(np.max(x)))
-        self.shape, self.dtype = x.shape[1:], x.dtype
+    def add(self, arrays, record):
+        self.parts.append({k[: -len(f"_{self.i}")]: v for k, v in arrays.items() if k.endswith(f"_{self.i}")})
         for name, r in record["per_attack"].items():
             mine = self.per_attack[name]
             for key in _COUNTS:
                 mine[key] += r[key]
             mine["no_gradient"] = mine["no_gradient"] or r["no_gradient"]
+        self.counts = [a + b for a, b in zip(self.counts, record["counts"])]
         self.costs = [a + b for a, b in zip(self.costs, record["costs"])]
         self.from_probabilities |= set(record["from_probabilities"])
 
@@ -114,26 +125,24 @@ class _Totals:
 
     def state(self, randomized, probe, seconds):
         """The `State` of all points: the records of `run_entry`, summed over the blocks."""
-        robust = np.concatenate(self.joined("robust"))
         broken_by = [b for part in self.joined("broken_by") for b in part]
-        order = {name: i for i, name in enumerate(self.names)}
-        after = np.array([-1 if b == "clean" else order.get(b, len(self.names)) for b in broken_by])
-        per_attack = {}
-        for i, name in enumerate(self.names):
+        n, per_attack = len(broken_by), {}
+        for name, count in zip(self.names, self.counts):
             r = self.per_attack[name]
             per_attack[name] = {
                 "accuracy": 1.0 - r["n_broken"] / r["n_points"] if r["n_points"] else None,
-                "robust_accuracy": float(np.mean(after > i)),
+                "robust_accuracy": count / n,
                 **{key: r[key] for key in _COUNTS},
                 "no_gradient": r["no_gradient"],
             }
         n_forwards, n_gradients, unconfirmed = self.costs
+        certified = self.joined("certified")
         return State(
-            robust=robust,
+            robust=np.concatenate(self.joined("robust")),
             broken_by=broken_by,
             x_adv=None,
             zero_gradient=np.concatenate(self.joined("zero_gradient")),
-            clean_accuracy=float(np.mean(after >= 0)),
+            clean_accuracy=float(np.mean([b != "clean" for b in broken_by])),
             randomized=randomized,
             n_forwards=probe + n_forwards,
             n_gradients=n_gradients,
@@ -142,16 +151,108 @@ class _Totals:
             finished=list(self.names),
             per_attack=per_attack,
             from_probabilities=[n for n in self.names if n in self.from_probabilities],
+            certified=None if certified is None else np.concatenate(certified),
         )
 
 
-def _points(model, source, y, rows, totals):
-    """`points_digest` of the concatenated data, from a second pass over a source that can be read again
-    (None for a generator or an iterator: its points are gone)."""
+@dataclasses.dataclass
+class Pass:
+    """One pass over a stream: the checked `config` (its `inputs` over all the data), one `State` per
+    eps (`x_adv` None), the labels, the clean predictions (or None), the members' gradient shares (or
+    None), the digest of `x` (`_state.digest` of the concatenated arrays) and the points' shape."""
+
+    config: object
+    states: list
+    labels: np.ndarray
+    prediction: np.ndarray | None
+    shares: np.ndarray | None
+    x_digest: str
+    shape: tuple
+    dtype: object
+    resumed: int = 0  # the blocks read back from the state file
+
+
+def run(model, source, y, *, suite, state_path, epsilons, judge_by_prediction, **options):
+    """The cascade at each of `epsilons` on each block of a stream (see the module docstring), the state
+    saved after each block when `state_path` is set and resumed from it; a `Pass`."""
+    _sources.check(source, y)
+    if _checks.check_batch_size(options["batch_size"]) is None:
+        expected = "an int >= 1 when x is a stream (the points of each block, seeded with seed + j)"
+        _checks.fail("batch_size", expected, None)
+    state_path = _state.check_path(state_path)
+    start, verbose = time.perf_counter(), options["verbose"]
+    held, stream = _ahead(iter(_sources.blocks(source, y, options["batch_size"])), suite.probe)
+    if not held:
+        _checks.fail("x", "a source of at least one point", "an empty stream")
+    config = dataclasses.replace(_configure(model, *held[0], dict(options, eps=epsilons[0])), verbose=0)
+    configs = [dataclasses.replace(config, eps=eps) for eps in epsilons]
+    probe_x = np.concatenate([_plan.check_data(model, *b)[0] for b in held])[: suite.probe]
+    randomized = suite.randomness(model, probe_x, config.batch_size)
+    fp, records = None, []
+    if state_path:
+        fp = _stream_state.fingerprint(model, probe_x, config, epsilons, judge_by_prediction)
+        records = _stream_state.load(state_path, fp)
+    names = [e.name for e in config.entries]
+    totals, parts = [_Totals(names, i) for i in range(len(epsilons))], {"labels": [], "prediction": []}
+    parts["shares"], x_hash, low, high = [], hashlib.sha256(), np.inf, -np.inf
+    seconds = sum(r.get("seconds", 0.0) for r in records)
+    with tqdm(desc="blocks", unit="block", disable=verbose == 0) as bar:
+        for j, (xb, yb) in enumerate(itertools.chain(held, stream)):
+            x, labels, _ = _plan.check_data(model, xb, yb)
+            _plan.check_range(x, config.clip_values)
+            digest = _stream_state.block_digest(x, labels)
+            if j < len(records):
+                arrays, record = _stream_state.arrays(state_path, records[j], j, digest), records[j]
+            else:
+                t0 = time.perf_counter()
+                prediction = (
+                    decide(model, x, config.batch_size).astype(np.int64) if judge_by_prediction else None
+                )
+                arrays, record = _run_block(suite, model, x, labels, j, configs, randomized, prediction)
+                record["seconds"] = time.perf_counter() - t0
+                if state_path:
+                    _stream_state.save_block(state_path, fp, records, j, digest, arrays, record)
+            for total, r in zip(totals, record["eps"]):
+                total.add(arrays, r)
+            parts["labels"].append(labels)
+            parts["prediction"].append(arrays.get("prediction"))
+            parts["shares"].append(arrays.get("shares"))
+            x_hash.update(np.ascontiguousarray(x).tobytes())
+            low, high, shape, dtype = (
+                min(low, float(x.min())),
+                max(high, float(x.max())),
+                x.shape[1:],
+                x.dtype,
+            )
+            bar.update(1)
+    labels = np.concatenate(parts["labels"])
+    inputs = dataclasses.replace(config.inputs, data_range=(low, high))
+    probe = 2 * len(probe_x) * len(as_ensemble(model).models)
+    seconds += time.perf_counter() - start
+    states = [
+        t.state(randomized, probe if i == 0 or not judge_by_prediction else 0, seconds)
+        for i, t in enumerate(totals)
+    ]
+    return Pass(
+        config=dataclasses.replace(config, inputs=inputs),
+        states=states,
+        labels=labels,
+        prediction=np.concatenate(parts["prediction"]) if judge_by_prediction else None,
+        shares=None if any(s is None for s in parts["shares"]) else np.concatenate(parts["shares"], axis=1),
+        x_digest=x_hash.hexdigest() + f":{dtype.str}:{(len(labels), *shape)}",
+        shape=shape,
+        dtype=dtype,
+        resumed=min(len(records), len(parts["labels"])) if state_path else 0,
+    )
+
+
+def points(model, source, y, rows, done):
+    """`points_digest` of the concatenated data of a finished `Pass` `done`, from a second pass over a
+    source that can be read again (None for a generator or an iterator: its points are gone)."""
     if not _sources.can_reread(source):
         return None
-    labels = np.concatenate(totals.labels)
-    digest = hashlib.sha256(f"{totals.dtype}{(len(labels), *totals.shape)}".encode())
+    labels = done.labels
+    digest = hashlib.sha256(f"{done.dtype}{(len(labels), *done.shape)}".encode())
     for xb, yb in _sources.blocks(source, y, rows):
         digest.update(np.ascontiguousarray(_plan.check_data(model, xb, yb)[0]).tobytes())
     digest.update(f"{labels.dtype}{labels.shape}".encode())
@@ -163,58 +264,25 @@ def evaluate_stream(model, source, y, *, suite, state_path, **options):
     """`gradkit.evaluate` of a stream `source` (see `_sources`), block by block; the arguments as there.
     The result's `x_adv` is None (the breaking examples are not held), and `points` is None for a
     generator (the points cannot be read twice to take their digest)."""
-    _sources.check(source, y)
-    if _checks.check_batch_size(options["batch_size"]) is None:
-        _checks.fail(
-            "batch_size",
-            "an int >= 1 when x is a stream (the points of each block, seeded with seed + j)",
-            None,
-        )
-    state_path = _stream_state.check_path(state_path)
-    start, verbose = time.perf_counter(), options["verbose"]
-    stream = iter(_sources.blocks(source, y, options["batch_size"]))
-    held, stream = _ahead(stream, suite.probe)
-    if not held:
-        _checks.fail("x", "a source of at least one point", "an empty stream")
-    config = _configure(model, *held[0], dict(options))
-    config = dataclasses.replace(config, verbose=0)  # one bar over the blocks, not one per attack
-    names = [e.name for e in config.entries]
-    probe_x = np.concatenate([_plan.check_data(model, *b)[0] for b in held])[: suite.probe]
-    randomized = suite.randomness(model, probe_x, config.batch_size)
-    probe = 2 * len(probe_x) * len(as_ensemble(model).models)
-    fp, records = None, []
-    if state_path:
-        x0, labels0, _ = _plan.check_data(model, *held[0])
-        fp = _stream_state.fingerprint(model, x0, labels0, config)
-        records = _stream_state.load(state_path, fp)
-    totals, seconds = _Totals(names), sum(r.get("seconds", 0.0) for r in records)
-    with tqdm(desc="blocks", unit="block", disable=verbose == 0) as bar:
-        for j, (xb, yb) in enumerate(itertools.chain(held, stream)):
-            x, labels, _ = _plan.check_data(model, xb, yb)
-            _plan.check_range(x, config.clip_values)
-            digest = _stream_state.block_digest(x, labels)
-            if j < len(records):
-                arrays, record = _stream_state.arrays(state_path, records[j], j, digest), records[j]
-            else:
-                t0 = time.perf_counter()
-                arrays, record = _run_block(suite, model, x, labels, j, config, randomized)
-                record["seconds"] = time.perf_counter() - t0
-                if state_path:
-                    _stream_state.save_block(state_path, fp, records, j, digest, arrays, record)
-            totals.add(x, labels, arrays, record)
-            bar.update(1)
-    inputs = dataclasses.replace(config.inputs, data_range=(totals.low, totals.high))
-    config = dataclasses.replace(config, inputs=inputs)
-    state = totals.state(randomized, probe, seconds + time.perf_counter() - start)
-    certified = totals.joined("certified")
-    shares = totals.joined("shares")
+    eps = options.pop("eps")
+    done = run(
+        model,
+        source,
+        y,
+        suite=suite,
+        state_path=state_path,
+        epsilons=[eps],
+        judge_by_prediction=False,
+        **options,
+    )
+    state = done.states[0]
     result = from_state(
         state,
-        config,
+        done.config,
         weights=suite.weights(model),
-        shares=None if shares is None else np.concatenate(shares, axis=1),
+        shares=done.shares,
         backend=keras.backend.backend(),
-        certified=None if certified is None else np.concatenate(certified),
+        certified=state.certified,
     )
-    result.points = _points(model, source, y, config.batch_size, totals)
+    result.points = points(model, source, y, done.config.batch_size, done)
     return result
