@@ -20,6 +20,7 @@ MODULES = [
     "bench_smoothing",
     "bench_torch_module",
     "bench_certify",
+    "bench_memory",
 ]
 
 if __name__ == "__main__":

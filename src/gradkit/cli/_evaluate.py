@@ -216,9 +216,7 @@ def _evaluate(model, x, y, options, args):
 
     path = _resume.state_path(args)
     if y is None:  # a folder of images, block by block
-        from gradkit.evaluation._stream_shard import stream_shard
-
-        return stream_shard(model, x, None, state_path=path, **options), 0
+        return evaluation.evaluate_stream_shard(model, x, None, state_path=path, **options), 0
     if args.shard is not None:
         return evaluation.evaluate_shard(model, x, y, state_path=path, **options), 0
     shard, rank, _ = evaluation.evaluate_processes(model, x, y, state_path=path, **options)

@@ -3,7 +3,8 @@ and returns an `Evaluation`: the per-sample worst case, what broke each point, t
 attack failure (`flags`). `check_curve` checks several evaluations at growing eps; `wilson_interval`
 and `compare` (McNemar's exact test) give the uncertainty of accuracies and of the difference of two
 models; `evaluate_shard`, `merge_shards`, `evaluate_processes` and `write_report` split an evaluation
-into parts or processes and write its files (what `gradkit evaluate` and `gradkit merge` do).
+into parts or processes and write its files (what `gradkit evaluate` and `gradkit merge` do);
+`evaluate_stream_shard` is `evaluate_shard` on data that does not fit in memory.
 
 References:
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
@@ -28,6 +29,7 @@ from gradkit.evaluation._stats import wilson_interval
 from gradkit.evaluation._shards import Shard
 from gradkit.evaluation._shards import evaluate_shard
 from gradkit.evaluation._shards import shard_rows
+from gradkit.evaluation._stream_shard import evaluate_stream_shard
 from gradkit.evaluation._suite import evaluate
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "evaluate",
     "evaluate_processes",
     "evaluate_shard",
+    "evaluate_stream_shard",
     "merge_shards",
     "min_norm",
     "MinNormResult",

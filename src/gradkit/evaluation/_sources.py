@@ -118,8 +118,9 @@ def blocks(source, y, rows):
         ys.append(labels)
         held += len(x)
         while held >= rows:
-            x_all, y_all = np.concatenate(xs), np.concatenate(ys)
+            x_all, y_all = (xs[0], ys[0]) if len(xs) == 1 else (np.concatenate(xs), np.concatenate(ys))
+            xs, ys, held = [x_all[rows:].copy()], [y_all[rows:].copy()], held - rows  # no view keeps x_all
             yield x_all[:rows], y_all[:rows]
-            xs, ys, held = [x_all[rows:]], [y_all[rows:]], held - rows
+            del x_all, y_all
     if held:
         yield np.concatenate(xs), np.concatenate(ys)

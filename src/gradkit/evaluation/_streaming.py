@@ -10,7 +10,6 @@ with the per-point results (booleans and names) of every point.
 
 import dataclasses
 import hashlib
-import itertools
 import time
 
 import keras
@@ -43,14 +42,20 @@ class Suite:
 
 
 def _ahead(blocks, rows):
-    """`(held, rest)`: the first blocks until they hold `rows` points (or the stream ends), and the
-    iterator of the blocks after them."""
+    """`(held, every)`: the first blocks until they hold `rows` points (or the stream ends), and an
+    iterator of all the blocks, those first (each let go once read)."""
     held = []
     for block in blocks:
         held.append(block)
         if sum(len(b[1]) for b in held) >= rows:
             break
-    return held, blocks
+
+    def every():
+        while held:
+            yield held.pop(0)
+        yield from blocks
+
+    return list(held), every()
 
 
 def _configure(model, x0, y0, options):
@@ -186,7 +191,8 @@ def run(model, source, y, *, suite, state_path, epsilons, judge_by_prediction, *
         _checks.fail("x", "a source of at least one point", "an empty stream")
     config = dataclasses.replace(_configure(model, *held[0], dict(options, eps=epsilons[0])), verbose=0)
     configs = [dataclasses.replace(config, eps=eps) for eps in epsilons]
-    probe_x = np.concatenate([_plan.check_data(model, *b)[0] for b in held])[: suite.probe]
+    probe_x = np.concatenate([_plan.check_data(model, *b)[0] for b in held])[: suite.probe].copy()
+    held = None  # the stream holds the first blocks until they are read
     randomized = suite.randomness(model, probe_x, config.batch_size)
     fp, records = None, []
     if state_path:
@@ -197,7 +203,7 @@ def run(model, source, y, *, suite, state_path, epsilons, judge_by_prediction, *
     parts["shares"], x_hash, low, high = [], hashlib.sha256(), np.inf, -np.inf
     seconds = sum(r.get("seconds", 0.0) for r in records)
     with tqdm(desc="blocks", unit="block", disable=verbose == 0) as bar:
-        for j, (xb, yb) in enumerate(itertools.chain(held, stream)):
+        for j, (xb, yb) in enumerate(stream):
             x, labels, _ = _plan.check_data(model, xb, yb)
             _plan.check_range(x, config.clip_values)
             digest = _stream_state.block_digest(x, labels)
@@ -217,7 +223,7 @@ def run(model, source, y, *, suite, state_path, epsilons, judge_by_prediction, *
             parts["labels"].append(labels)
             parts["prediction"].append(arrays.get("prediction"))
             parts["shares"].append(arrays.get("shares"))
-            x_hash.update(np.ascontiguousarray(x).tobytes())
+            x_hash.update(np.ascontiguousarray(x))  # the buffer, not a copy of it
             low, high, shape, dtype = (
                 min(low, float(x.min())),
                 max(high, float(x.max())),
@@ -254,7 +260,7 @@ def points(model, source, y, rows, done):
     labels = done.labels
     digest = hashlib.sha256(f"{done.dtype}{(len(labels), *done.shape)}".encode())
     for xb, yb in _sources.blocks(source, y, rows):
-        digest.update(np.ascontiguousarray(_plan.check_data(model, xb, yb)[0]).tobytes())
+        digest.update(np.ascontiguousarray(_plan.check_data(model, xb, yb)[0]))
     digest.update(f"{labels.dtype}{labels.shape}".encode())
     digest.update(np.ascontiguousarray(labels).tobytes())
     return digest.hexdigest()
