@@ -70,3 +70,6 @@ def test_a_folder_needs_its_image_size_and_images(capsys, tmp_path):
         capsys, str(tmp_path / "m.keras"), str(tmp_path / "empty"), "--eps", "4", "--image-size", "4,4"
     )
     assert code == 2 and "must hold class sub-folders of images" in out.err
+    sharded = [str(tmp_path / "m.keras"), str(tmp_path / "images"), "--eps", "4", "--image-size", "4,4"]
+    code, out = run_evaluate(capsys, *sharded, "--shard", "1/2")
+    assert code == 2 and "a folder of images is evaluated in one process" in out.err

@@ -177,8 +177,11 @@ def _prepare(args, inputs):
         "eot_iter": args.eot_iter,
         "certify": args.certify,
     }
-    if args.shard is not None and y is None:
-        raise ValueError("`--shard` needs DATA in memory (a .npz or a data set name), not a folder of images")
+    if y is None and (args.shard is not None or _LAUNCHED & set(os.environ)):
+        raise ValueError(
+            "`--shard` and process groups need DATA in memory (a .npz or a data set name): a folder of "
+            "images is evaluated in one process"
+        )
     if args.shard is not None:
         k, n = args.shard
         if not 1 <= k <= n:
