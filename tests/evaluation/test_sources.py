@@ -123,3 +123,24 @@ def test_bad_streams_are_refused_naming_the_argument(problem):
         gradkit.evaluate(model, iter([x[:4]]), None, **KW)
     with pytest.raises(ValueError, match="`x` must be a source of at least one point"):
         gradkit.evaluate(model, iter([]), None, **KW)
+
+
+def test_an_ensemble_with_certificates_streamed_gives_the_result_of_the_arrays(problem):
+    model, x, y, _ = problem
+    x, y = x[:32], y[:32]  # two whole blocks
+    other = keras.Sequential([keras.Input((6,)), keras.layers.Dense(3)])
+    other.set_weights(
+        [np.random.default_rng(2).normal(size=(6, 3)).astype("float32"), np.zeros(3, "float32")]
+    )
+    ensemble = gradkit.WeightedEnsemble([model, other], [0.7, 0.3])
+    kw = {**KW, "attacks": ["fgsm"], "certify": "ibp", "eps": 0.02}
+    arrays = gradkit.evaluate(ensemble, x, y, **kw)
+    streamed = gradkit.evaluate(ensemble, batches(x, y), None, **kw)
+    assert 0 < arrays.certified_accuracy < arrays.clean_accuracy  # some certified, not all
+    np.testing.assert_array_equal(streamed.certified, arrays.certified)
+    assert [f["name"] for f in streamed.flags] == [f["name"] for f in arrays.flags]
+    assert streamed.per_attack == {
+        **arrays.per_attack,
+        "fgsm": {**arrays.per_attack["fgsm"], "seconds": streamed.per_attack["fgsm"]["seconds"]},
+    }
+    np.testing.assert_array_equal(streamed.robust, arrays.robust)
