@@ -40,8 +40,10 @@ def test_a_folder_of_pngs_gives_the_result_of_the_same_images_in_a_npz(capsys, t
     common = [str(tmp_path / "m.keras"), "--eps", "8,64", "--attacks", "fgsm,pgd", "--steps", "3"]
     common += ["--batch-size", "8", "--clip-values", "0,255", "--no-progress"]
     args = [*common, "--image-size", "4,4"]
-    code, _ = run_evaluate(capsys, args[0], str(tmp_path / "images"), *args[1:], "--out", str(tmp_path / "f"))
-    assert code == 0
+    code, out = run_evaluate(
+        capsys, args[0], str(tmp_path / "images"), *args[1:], "--out", str(tmp_path / "f")
+    )
+    assert code == 0 and "resumed" not in out.err
     assert (
         run_evaluate(
             capsys, common[0], str(tmp_path / "same.npz"), *common[1:], "--out", str(tmp_path / "n")

@@ -198,6 +198,7 @@ def run(model, source, y, *, suite, state_path, epsilons, judge_by_prediction, *
     if state_path:
         fp = _stream_state.fingerprint(model, probe_x, config, epsilons, judge_by_prediction)
         records = _stream_state.load(state_path, fp)
+    resumed = len(records)  # `records` grows as blocks finish
     names = [e.name for e in config.entries]
     totals, parts = [_Totals(names, i) for i in range(len(epsilons))], {"labels": [], "prediction": []}
     parts["shares"], x_hash, low, high = [], hashlib.sha256(), np.inf, -np.inf
@@ -248,7 +249,7 @@ def run(model, source, y, *, suite, state_path, epsilons, judge_by_prediction, *
         x_digest=x_hash.hexdigest() + f":{dtype.str}:{(len(labels), *shape)}",
         shape=shape,
         dtype=dtype,
-        resumed=min(len(records), len(parts["labels"])) if state_path else 0,
+        resumed=min(resumed, len(parts["labels"])),
     )
 
 
