@@ -177,24 +177,29 @@ class Pass:
     resumed: int = 0  # the blocks read back from the state file
 
 
-def run(model, source, y, *, suite, state_path, epsilons, judge_by_prediction, **options):
-    """The cascade at each of `epsilons` on each block of a stream (see the module docstring), the state
-    saved after each block when `state_path` is set and resumed from it; a `Pass`."""
+def _open(model, source, y, suite, epsilons, options):
+    """`(configs, probe_x, randomized, stream)`: the checked settings (one `Config` per eps, from the
+    first block), the rows probed for randomness, the probe's verdict and the iterator of all blocks."""
     _sources.check(source, y)
     if _checks.check_batch_size(options["batch_size"]) is None:
         expected = "an int >= 1 when x is a stream (the points of each block, seeded with seed + j)"
         _checks.fail("batch_size", expected, None)
-    state_path = _state.check_path(state_path)
-    start, verbose = time.perf_counter(), options["verbose"]
     held, stream = _ahead(iter(_sources.blocks(source, y, options["batch_size"])), suite.probe)
     if not held:
         _checks.fail("x", "a source of at least one point", "an empty stream")
     config = dataclasses.replace(_configure(model, *held[0], dict(options, eps=epsilons[0])), verbose=0)
-    configs = [dataclasses.replace(config, eps=eps) for eps in epsilons]
     probe_x = np.concatenate([_plan.check_data(model, *b)[0] for b in held])[: suite.probe].copy()
-    held = None  # the stream holds the first blocks until they are read
     randomized = suite.randomness(model, probe_x, config.batch_size)
-    fp, records = None, []
+    return [dataclasses.replace(config, eps=eps) for eps in epsilons], probe_x, randomized, stream
+
+
+def run(model, source, y, *, suite, state_path, epsilons, judge_by_prediction, **options):
+    """The cascade at each of `epsilons` on each block of a stream (see the module docstring), the state
+    saved after each block when `state_path` is set and resumed from it; a `Pass`."""
+    state_path = _state.check_path(state_path)
+    start, verbose = time.perf_counter(), options["verbose"]
+    configs, probe_x, randomized, stream = _open(model, source, y, suite, epsilons, options)
+    config, fp, records = configs[0], None, []
     if state_path:
         fp = _stream_state.fingerprint(model, probe_x, config, epsilons, judge_by_prediction)
         records = _stream_state.load(state_path, fp)
