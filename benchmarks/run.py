@@ -22,6 +22,7 @@ MODULES = [
     "bench_certify",
     "bench_malt",
     "bench_optimality",
+    "bench_memory",
 ]
 
 if __name__ == "__main__":

@@ -46,7 +46,8 @@ PACKAGES = {
     ],
     "gradkit.evaluation": [
         "Comparison", "Evaluation", "Shard", "check_curve", "compare", "evaluate", "evaluate_processes",
-        "evaluate_shard", "merge_shards", "min_norm", "MinNormResult", "near_chance", "optimality",
+        "evaluate_shard", "evaluate_stream_shard", "merge_shards", "min_norm", "MinNormResult", "near_chance",
+        "optimality",
         "paired_comparison",
         "read_shard",
         "robustness_curve", "selftest", "SelfTest",

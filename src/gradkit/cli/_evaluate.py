@@ -21,9 +21,12 @@ _EXAMPLE = """examples:
   gradkit evaluate model.weights.h5 test.npz --model-fn mynet:build --eps 8/255 --out runs/mine
   KERAS_BACKEND=torch gradkit evaluate net.pt test.npz --torch-module mynet:build --eps 8/255
   gradkit evaluate model.keras test.npz --eps 0.1 --shard 1/2 --out runs/part1   (then gradkit merge)
+  gradkit evaluate model.keras images/ --image-size 32,32 --clip-values 0,255 --eps 8 --out runs/imgs
 
-DATA is a .npz with x_test, y_test (or x, y) or a study data set name (digits, mnist, fashion_mnist,
-cifar10: the test split gradkit study uses). --model-fn's function takes no argument or
+DATA is a .npz with x_test, y_test (or x, y), a study data set name (digits, mnist, fashion_mnist,
+cifar10: the test split gradkit study uses), or a folder of class sub-folders of images (the layout of
+keras.utils.image_dataset_from_directory; class ids from the sub-folders' sorted names), read one block
+of --batch-size images at a time. --model-fn's function takes no argument or
 (input_shape, n_classes) and returns the Keras model whose weights MODEL holds; --torch-module's
 returns the torch.nn.Module whose state_dict MODEL (.pt/.pth) holds ("-": the module's own weights),
 run on KERAS_BACKEND=torch with DATA laid out as the module reads it (images channels first)."""
@@ -59,7 +62,12 @@ def add_parser(commands):
         help="a .keras file, a saved boosted model folder, weights (--model-fn) or a state_dict "
         "(--torch-module)",
     )
-    add("data", metavar="DATA", help="a .npz (x_test, y_test or x, y) or a study data set name")
+    add(
+        "data",
+        metavar="DATA",
+        help="a .npz (x_test, y_test or x, y), a study data set name, or a folder of class sub-folders of "
+        "images (read a batch at a time; --image-size)",
+    )
     add(
         "--eps",
         type=eps_list("--eps"),
@@ -90,6 +98,12 @@ def add_parser(commands):
     add("--eot-iter", type=int, default=20, help="rand: gradients averaged per step (default: 20)")
     add("--attacks", type=word_list, help="comma-separated attacks instead of the version's (apgd-ce, ...)")
     add("--n-points", type=int, help="evaluate the first N points only (default: all)")
+    add(
+        "--image-size",
+        type=number_list(int),
+        help="H,W: DATA a folder of images, each resized to H,W (RGB, values in [0, 255]: "
+        "--clip-values 0,255 unless the model rescales)",
+    )
     add("--out", default="runs/evaluate", help="output directory (default: runs/evaluate)")
     add(
         "--state",
@@ -138,6 +152,7 @@ def _fail(message):
 def _prepare(args, inputs):
     """`(model, x, y, options)` checked to be usable; InputError/ValueError/TypeError otherwise."""
     from gradkit import attacks, evaluation
+    from gradkit.cli import _images
 
     _messages.check_evaluate(args)  # the numbers, in the flags' terms
     if args.n_classes is not None and not (args.model_fn or args.torch_module):
@@ -145,11 +160,16 @@ def _prepare(args, inputs):
             "`--n-classes` is for --model-fn only (and --torch-module): a saved model knows its classes"
         )
     _messages.check_attacks(args.attacks, attacks.NAMES)
-    x, y, _ = inputs.load_data(args.data)
-    n_classes = args.n_classes or inputs.classes_in(y)  # all of DATA's labels, not the first N points'
-    x, y = x[: args.n_points], y[: args.n_points]
-    _messages.check_data_range(x, args.clip_values)
-    shapes = {"input_shape": x.shape[1:], "n_classes": n_classes, "torch_module": args.torch_module}
+    if os.path.isdir(args.data):  # images in class sub-folders: a stream, checked block by block
+        x, y = _images.image_folder(args.data, args.image_size, args.batch_size, args.n_points), None
+        n_classes, input_shape = args.n_classes or len(x.class_names), x.input_shape
+    else:
+        x, y, _ = inputs.load_data(args.data)
+        n_classes = args.n_classes or inputs.classes_in(y)  # all of DATA's labels, not the first N points'
+        x, y = x[: args.n_points], y[: args.n_points]
+        _messages.check_data_range(x, args.clip_values)
+        input_shape = x.shape[1:]
+    shapes = {"input_shape": input_shape, "n_classes": n_classes, "torch_module": args.torch_module}
     model = inputs.load_model(args.model, args.model_fn, **shapes)
     options = {
         "epsilons": sorted(set(args.eps)),
@@ -166,6 +186,11 @@ def _prepare(args, inputs):
     }
     if args.check_convergence:  # only when set: the options of other evaluations stay as they were
         options["check_convergence"] = True
+    if y is None and (args.shard is not None or _LAUNCHED & set(os.environ)):
+        raise ValueError(
+            "`--shard` and process groups need DATA in memory (a .npz or a data set name): a folder of "
+            "images is evaluated in one process"
+        )
     if args.shard is not None:
         k, n = args.shard
         if not 1 <= k <= n:
@@ -202,6 +227,8 @@ def _evaluate(model, x, y, options, args):
     from gradkit import evaluation
 
     path = _resume.state_path(args)
+    if y is None:  # a folder of images, block by block
+        return evaluation.evaluate_stream_shard(model, x, None, state_path=path, **options), 0
     if args.shard is not None:
         return evaluation.evaluate_shard(model, x, y, state_path=path, **options), 0
     shard, rank, _ = evaluation.evaluate_processes(model, x, y, state_path=path, **options)

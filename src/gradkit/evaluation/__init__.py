@@ -5,7 +5,8 @@ and `compare` (McNemar's exact test) give the uncertainty of accuracies and of t
 models; `selftest` (the binarization test of Zimmermann et al. 2022) checks that an attack is strong
 enough for the model at hand; `optimality` scores attacks' per-sample distances against their best
 (AttackBench); `evaluate_shard`, `merge_shards`, `evaluate_processes` and `write_report` split an
-evaluation into parts or processes and write its files (what `gradkit evaluate` and `gradkit merge` do).
+evaluation into parts or processes and write its files (what `gradkit evaluate` and `gradkit merge` do);
+`evaluate_stream_shard` is `evaluate_shard` on data that does not fit in memory.
 
 References:
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
@@ -35,6 +36,7 @@ from gradkit.evaluation._selftest_result import SelfTest
 from gradkit.evaluation._shards import Shard
 from gradkit.evaluation._shards import evaluate_shard
 from gradkit.evaluation._shards import shard_rows
+from gradkit.evaluation._stream_shard import evaluate_stream_shard
 from gradkit.evaluation._suite import evaluate
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "evaluate",
     "evaluate_processes",
     "evaluate_shard",
+    "evaluate_stream_shard",
     "merge_shards",
     "min_norm",
     "MinNormResult",

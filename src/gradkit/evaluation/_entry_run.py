@@ -1,13 +1,14 @@
 """One attack of `evaluate`'s cascade on the points still robust, block by block, each success confirmed
 on the model's real decision rule."""
 
+import dataclasses
 import time
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from gradkit import attacks as registry
-from gradkit.errors import DisconnectedGradientError
+from gradkit.errors import DisconnectedGradientError, OutOfMemoryError
 from gradkit.evaluation import _convergence, _plan
 
 
@@ -37,6 +38,30 @@ def _attack(model, x_rows, y_rows, entry, config, seed, state):
         state.from_probabilities.append(entry.name)
     x_adv, hit = np.asarray(result.x_adv), np.asarray(result.success, bool)
     return x_adv, _confirm(model, x_adv, y_rows, hit, config, state), result.zero_gradient
+
+
+def attack_halving(model, x_rows, y_rows, entry, config, seed, state):
+    """`(_attack's result, config)`: `_attack` on one block, retried with `batch_size` halved (down to 1
+    row) after each `OutOfMemoryError`, with the block's rows and seed unchanged; `config` is the one
+    that ran (its `batch_size` the last tried). Every attack but Square draws its randomness per
+    block, so its result does not depend on the rows per compiled call."""
+    tried = []
+    while True:
+        try:
+            return _attack(model, x_rows, y_rows, entry, config, seed, state), config
+        except OutOfMemoryError as error:
+            rows = config.batch_size or len(y_rows)
+            tried.append(rows)
+            if rows <= 1:
+                cause = error.__cause__ or error
+                first = (str(cause).strip().splitlines() or [""])[0][:200]
+                raise OutOfMemoryError(
+                    f"The device ran out of memory in {entry.name} on a block of {len(y_rows)} rows at every "
+                    f"batch_size tried (batch_size={', '.join(map(str, tried))}): even one row per compiled "
+                    f"call does not fit ({type(cause).__name__}: {first}). Free the device's memory or "
+                    "evaluate a smaller model."
+                ) from cause
+            config = dataclasses.replace(config, batch_size=max(rows // 2, 1))
 
 
 def fooled(model, x_adv, y_rows, config, state):
@@ -76,7 +101,8 @@ def run_entry(model, x, labels, entry, config, state, first_block=0, tasks=None,
     attacked is reported `done`. `save`: None, or `save(rows)` called after each block with the rows it
     changed (`state.blocks[entry.name]` lists the finished blocks and `state.per_attack[entry.name]` holds
     the counts so far): a `state` saved there and loaded again resumes at the next block, with the
-    result of an uninterrupted run (a block's attack depends only on its rows and its seed)."""
+    result of an uninterrupted run (a block's attack depends only on its rows and its seed). On an
+    `OutOfMemoryError` the block is retried with `batch_size` halved, kept for the blocks after it."""
     done = state.blocks.setdefault(entry.name, [])
     record = {"no_gradient": False, **dict.fromkeys(_COUNTS, 0), **state.per_attack.get(entry.name, {})}
     state.per_attack[entry.name] = record
@@ -94,7 +120,9 @@ def run_entry(model, x, labels, entry, config, state, first_block=0, tasks=None,
                 continue
             seed = None if config.seed is None else config.seed + k
             try:
-                x_adv, hit, zero = _attack(model, x[rows], labels[rows], entry, config, seed, state)
+                (x_adv, hit, zero), config = attack_halving(
+                    model, x[rows], labels[rows], entry, config, seed, state
+                )
             except DisconnectedGradientError:  # a gradient attack on a non-differentiable model: flagged
                 x_adv, hit, zero = x[rows], np.zeros(len(rows), bool), np.ones(len(rows), bool)
                 record["no_gradient"] = True

@@ -212,7 +212,10 @@ def _unbounded(evaluation):
     if evaluation.clip_values is None:
         return False
     span = evaluation.clip_values[1] - evaluation.clip_values[0]
-    d = int(np.prod(np.shape(evaluation.x_adv)[1:]))
+    if evaluation.x_adv is None:  # a stream's result (or one read from JSON) holds no x_adv
+        d = int((evaluation.scale or {}).get("n_features") or 1)
+    else:
+        d = int(np.prod(np.shape(evaluation.x_adv)[1:]))
     return evaluation.eps >= span * d ** (1 / evaluation.norm)  # the box's diameter in that norm
 
 

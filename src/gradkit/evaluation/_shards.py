@@ -140,16 +140,7 @@ def _state_path(state_path, i, k):
     return f"{stem}-{i}.{ext}" if dot and "/" not in ext else f"{state_path}-{i}"
 
 
-def _carry(state):
-    """The start of the next eps: the points and breaks of `state`, no attack run yet."""
-    return _state.State(
-        state.robust.copy(),
-        list(state.broken_by),
-        state.x_adv.copy(),
-        state.zero_gradient.copy(),
-        state.clean_accuracy,
-        state.randomized,
-    )
+_carry = _state.carry  # the start of the next eps
 
 
 def evaluate_shard(

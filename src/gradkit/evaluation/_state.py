@@ -60,6 +60,18 @@ class State:
     blocks: dict = dataclasses.field(default_factory=dict)
 
 
+def carry(state):
+    """The start of the next eps: the points and breaks of `state`, no attack run yet."""
+    return State(
+        state.robust.copy(),
+        list(state.broken_by),
+        state.x_adv.copy(),
+        state.zero_gradient.copy(),
+        state.clean_accuracy,
+        state.randomized,
+    )
+
+
 def digest(a):
     """SHA-256 of an array's bytes, with its dtype and shape: "hex:dtype:shape"."""
     a = np.ascontiguousarray(a)

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 
 from gradkit import attacks as registry
-from gradkit.evaluation import _certified, _convergence, _plan, _scale, _state, _versions
+from gradkit.evaluation import _certified, _convergence, _plan, _scale, _sources, _state, _versions
 from gradkit.evaluation._entry_run import fooled, run_entry
 from gradkit.evaluation._result import from_state
 from gradkit.evaluation._stats import points_digest
@@ -63,8 +63,15 @@ def evaluate(
 
     Args:
         model: a Keras classifier, a `gradkit.WeightedEnsemble` or a fitted boosting estimator.
-        x: float array `(n, ...)`, one input array.
-        y: int class ids `(n,)` (or one-hot `(n, C)`) in [0, C).
+        x: float array `(n, ...)`, one input array; or data that does not fit in memory, evaluated
+            block by block of `batch_size` points with the result of the concatenated arrays: a
+            memory-mapped `.npy` (`np.load(path, mmap_mode="r")`, with `y`), or with `y=None` a source
+            of `(x, y)` batches of any size (a generator or iterable, a `keras.utils.PyDataset`, a
+            `tf.data.Dataset`, a torch `DataLoader`). Then `batch_size` is required, `x_adv` is None
+            (the breaking examples are not held), `points` is None for a generator (read once), and
+            `state_path` saves the state after each block (a rerun reads the stream again and resumes
+            at its first unfinished block).
+        y: int class ids `(n,)` (or one-hot `(n, C)`) in [0, C); None when `x` yields the labels.
         eps: float >= 0, the perturbation budget in `norm`.
         norm: `np.inf` (or "inf", "linf"), 2 (or "l2") or 1 (or "l1"). Defaults to `np.inf`.
         version: "standard", "plus", "rand", "malt" or "custom" (the table above), or None (default):
@@ -87,6 +94,9 @@ def evaluate(
             step replaced by the identity.
         clip_values: `(min, max)` input range, or None (default) for none.
         batch_size: rows per compiled call and per progress step, or None (default: all at once).
+            A block that runs out of device memory (`gradkit.OutOfMemoryError`) is retried with half
+            the rows per call (its points and seed unchanged: the same per-point result, but for
+            Square, whose device draws are seeded per compiled call), down to one row.
         seed: int >= 0 or None; the random starts and searches. Defaults to 0. The points are cut into
             blocks of `batch_size` consecutive rows and an attack call on block j's remaining points
             uses `seed + j`, so a shard of whole blocks (`gradkit evaluate --shard`) gets the same
@@ -145,6 +155,15 @@ def evaluate(
         Melamed, Yehudai & Shamir (2024), "MALT Powers Up Adversarial Attacks", NeurIPS,
         https://arxiv.org/abs/2407.02240 (the "malt" version's targets)
     """
+    if _sources.is_stream(x):  # data that does not fit in memory: block by block (`_streaming`)
+        from gradkit.evaluation._streaming import Suite, evaluate_stream
+
+        suite = Suite(cascade, certified_of, shares_of, weights, _randomness, _PROBE)
+        options = dict(version=version, attacks=attacks, eot_iter=eot_iter, surrogate=surrogate, eps=eps)
+        options.update(norm=norm, clip_values=clip_values, batch_size=batch_size, seed=seed)
+        options.update(n_queries=n_queries, steps=steps, verbose=verbose, certify=certify)
+        options.update(check_convergence=check_convergence)
+        return evaluate_stream(model, x, y, suite=suite, state_path=state_path, **options)
     _versions.check_version(version, attacks, eot_iter)  # before any work: no forward pass yet
     x, labels, classes = _plan.check_data(model, x, y)
     surrogate = check_surrogate(surrogate, model, x)
