@@ -45,7 +45,8 @@ PACKAGES = {
         "output_bounds", "smooth", "vote_certificate",
     ],
     "gradkit.evaluation": [
-        "Comparison", "Evaluation", "Shard", "check_curve", "compare", "evaluate", "evaluate_processes",
+        "Comparison", "Evaluation", "Shard", "certified_points", "check_curve", "compare", "evaluate",
+        "evaluate_processes",
         "evaluate_shard", "merge_shards", "min_norm", "MinNormResult", "near_chance", "paired_comparison",
         "read_shard",
         "robustness_curve",
