@@ -68,7 +68,7 @@ def legends(ax, models, attacks, bold, lower=None):
             color="0.3",
             linewidth=3 if a == bold else 1.2,
             linestyle=_line(a, attacks, bold),
-            label=_label(a, bold, lower),
+            label=_label(a, lower),
         )
         for a in attacks
     ]
@@ -91,11 +91,9 @@ def legends(ax, models, attacks, bold, lower=None):
     )
 
 
-def _label(attack, bold, lower):
+def _label(attack, lower):
     name = "worst case" if attack == "worst_case" else attack
-    return (
-        f"{name} (band up to {'worst case' if bold == 'worst_case' else bold})" if attack == lower else name
-    )
+    return f"{name} (lower edge)" if attack == lower else name
 
 
 def _line(attack, attacks, bold):
@@ -130,7 +128,7 @@ def draw(ax, groups, bands, bold, lower=None):
             top = groups[model, bold]
             shown = [j for j, e in enumerate(eps) if e in top]
             low, high = [points[eps[j]] for j in shown], [top[eps[j]] for j in shown]
-            ax.fill_between(x[shown], low, high, color=color, alpha=0.2, linewidth=0)
+            ax.fill_between(x[shown], low, high, color=color, alpha=0.08, linewidth=0)
         elif (model, attack) in bands:
             low, high = zip(*(bands[model, attack][e] for e in eps))
             ax.fill_between(x, low, high, color=color, alpha=0.15 if strong else 0.05, linewidth=0)

@@ -76,6 +76,8 @@ def run_study(config, *, progress=True, log=None):
         ConfigError: a bad option, an unusable `out`, or `out` holding a study with another
             configuration, backend or data; raised before anything is written.
         DatasetError: the data set cannot be loaded; nothing is written.
+        ConfigError: with `certify`, a trained network holding a layer without a bound rule (named),
+            raised before any attack; the trained models stay saved.
         WorseThanRandomError: a boosted model's first learner is worse than random (an adversarial eps
             too large for the data, too few epochs); the models finished before it stay saved.
     """
@@ -94,6 +96,8 @@ def run_study(config, *, progress=True, log=None):
         dataset=data.name, n_train=len(data.x_train), n_test=len(data.x_test), n_classes=data.n_classes
     )
     trained = {name: _trained(name, config, data, state, progress, log) for name in MODELS}
+    for name in MODELS if config.certify else ():  # before the attacks: a layer without a bound rule
+        _certified.check_bounds(trained[name], name, config.certify)
     _attack_all(trained, config, data, state, log, progress)
     if config.certify:
         _certified.certify_all(trained, config, data, state, progress)
