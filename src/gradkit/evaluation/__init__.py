@@ -2,10 +2,8 @@
 and returns an `Evaluation`: the per-sample worst case, what broke each point, the cost, and signs of
 attack failure (`flags`). `check_curve` checks several evaluations at growing eps; `wilson_interval`
 and `compare` (McNemar's exact test) give the uncertainty of accuracies and of the difference of two
-models; `certified_points` gives the points a bound-propagation certificate proves robust (of a
-model, or of an ensemble's or boosted model's weighted vote); `evaluate_shard`, `merge_shards`,
-`evaluate_processes` and `write_report` split an evaluation into parts or processes and write its files
-(what `gradkit evaluate` and `gradkit merge` do).
+models; `evaluate_shard`, `merge_shards`, `evaluate_processes` and `write_report` split an evaluation
+into parts or processes and write its files (what `gradkit evaluate` and `gradkit merge` do).
 
 References:
     Croce & Hein (2020), "Reliable evaluation of adversarial robustness with an ensemble of diverse
