@@ -205,3 +205,21 @@ def test_worst_case_is_drawn_boldest_with_eps_units(tmp_path, monkeypatch):
     widths = {line.get_label(): line.get_linewidth() for line in ax.get_lines()}
     assert widths["single / worst case"] > widths["single / fgsm"]
     assert ax.get_xlabel() == "eps (Linf, input units)"
+
+
+def test_a_lower_row_is_the_lower_edge_of_a_band_up_to_the_worst_case(tmp_path, monkeypatch):
+    figures = _captured(monkeypatch)
+    values = {"worst_case": (0.9, 0.6, 0.3), "certified": (0.9, 0.2, 0.0), "pgd": (0.9, 0.7, 0.4)}
+    results = [
+        {"model": "single", "attack": a, "eps": e, "accuracy": v, "ci_low": v * 0.9, "ci_high": v}
+        for a, vs in values.items()
+        for e, v in zip((0.0, 0.1, 0.3), vs)
+    ]
+    gradkit.plot_robustness(results, tmp_path / "r.png", lower="certified")
+    (ax,) = figures[0].axes
+    assert len(ax.collections) == 3  # the worst case's and pgd's intervals, and the certified band
+    edge = ax.collections[1].get_paths()[0].vertices[:, 1]  # drawn second, with the certified line
+    assert edge.min() == pytest.approx(0.0) and edge.max() == pytest.approx(0.9)
+    assert set(np.round(edge, 6)) == {0.0, 0.2, 0.9, 0.6, 0.3}  # from certified up to the worst case
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "certified (lower edge)" in labels and "pgd" in labels

@@ -53,7 +53,7 @@ def bands(results):
     return bands
 
 
-def legends(ax, models, attacks, bold):
+def legends(ax, models, attacks, bold, lower=None):
     """Two legends right of the axes: colour and marker = model, line = attack."""
     from matplotlib.lines import Line2D
 
@@ -68,7 +68,7 @@ def legends(ax, models, attacks, bold):
             color="0.3",
             linewidth=3 if a == bold else 1.2,
             linestyle=_line(a, attacks, bold),
-            label="worst case" if a == "worst_case" else a,
+            label=_label(a, lower),
         )
         for a in attacks
     ]
@@ -91,13 +91,19 @@ def legends(ax, models, attacks, bold):
     )
 
 
+def _label(attack, lower):
+    name = "worst case" if attack == "worst_case" else attack
+    return f"{name} (lower edge)" if attack == lower else name
+
+
 def _line(attack, attacks, bold):
     others = [a for a in attacks if a != bold]
     return "-" if attack == bold else _LINES[others.index(attack) % len(_LINES)]
 
 
-def draw(ax, groups, bands, bold):
-    """One line (and band) per (model, attack), each shifted sideways a little; returns (models, attacks)."""
+def draw(ax, groups, bands, bold, lower=None):
+    """One line (and band) per (model, attack), each shifted sideways a little; the `lower` attack's line
+    is the lower edge of a band up to the model's `bold` line instead; returns (models, attacks)."""
     models = list(dict.fromkeys(model for model, _ in groups))
     attacks = list(dict.fromkeys(attack for _, attack in groups))
     all_eps = [e for points in groups.values() for e in points]
@@ -118,7 +124,12 @@ def draw(ax, groups, bands, bold):
             alpha=1 if strong else 0.75,
             label=f"{model} / {name}",
         )
-        if (model, attack) in bands:
+        if attack == lower and (model, bold) in groups:  # robust accuracy lies in this band
+            top = groups[model, bold]
+            shown = [j for j, e in enumerate(eps) if e in top]
+            low, high = [points[eps[j]] for j in shown], [top[eps[j]] for j in shown]
+            ax.fill_between(x[shown], low, high, color=color, alpha=0.08, linewidth=0)
+        elif (model, attack) in bands:
             low, high = zip(*(bands[model, attack][e] for e in eps))
             ax.fill_between(x, low, high, color=color, alpha=0.15 if strong else 0.05, linewidth=0)
     return models, attacks

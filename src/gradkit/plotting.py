@@ -182,7 +182,7 @@ def plot_grad_norm(source, path, *, title=None):
     return _save(fig, path)
 
 
-def plot_robustness(results, path, *, title=None, xlabel=None, bold="worst_case", caption=None):
+def plot_robustness(results, path, *, title=None, xlabel=None, bold="worst_case", caption=None, lower=None):
     """Writes a PNG of accuracy vs attack strength: one line per (model, attack), with 95% bands.
 
     Colour and marker name the model, the line style the attack (legends right of the axes, off the
@@ -202,6 +202,9 @@ def plot_robustness(results, path, *, title=None, xlabel=None, bold="worst_case"
         bold: the attack whose lines are drawn boldest (solid, thick), shown as "worst case" when it is
             "worst_case". Defaults to "worst_case".
         caption: optional str under the axes (say the number of points, the backend, the interval).
+        lower: None, or the attack whose lines are the lower edge of a band up to the `bold` line of
+            the same model (e.g. "certified": robust accuracy lies between a certified lower bound and
+            the worst case), drawn thin and without their own interval. Defaults to None.
 
     Returns:
         str, the path written (960 x 480 pixels).
@@ -219,11 +222,11 @@ def plot_robustness(results, path, *, title=None, xlabel=None, bold="worst_case"
 
     fig = Figure(figsize=ROBUSTNESS_SIZE, dpi=DPI)
     ax = fig.subplots()
-    models, attacks = draw(ax, groups, intervals, bold)
+    models, attacks = draw(ax, groups, intervals, bold, lower)
     ax.set(xlabel=xlabel or "eps (perturbation budget)", ylabel="accuracy", ylim=(-0.02, 1.02))
     ax.grid(True, alpha=0.3)
     ax.set_title(title or "Robustness")
-    legends(ax, models, attacks, bold)
+    legends(ax, models, attacks, bold, lower)
     fig.subplots_adjust(left=0.07, right=0.8, top=0.92, bottom=0.2 if caption else 0.12)
     if caption:
         fig.text(0.07, 0.02, caption, fontsize="small", wrap=True)

@@ -47,6 +47,8 @@ def _main(capsys, *args):
         (["--model", "rnn"], '`--model` must be "cnn", "mlp" or "module:function"'),
         (["--model", "no module:build"], '`--model` must be "cnn", "mlp" or "module:function"'),
         (["--dataset", "missing.npz"], "`--dataset` file does not exist"),
+        (["--certify", "lirpa"], "argument --certify: invalid choice: 'lirpa'"),
+        (["--certify", "crown", "--norm", "l1"], "`--certify` bounds Linf and L2 balls only"),
     ],
 )
 def test_bad_options_exit_2_with_a_message_and_write_nothing(capsys, tmp_path, args, message):
@@ -226,3 +228,23 @@ def test_command_line_norm(capsys, tmp_path, monkeypatch):
     assert (seen["norm"], seen["epsilons"], seen["adv_eps"]) == ("l2", l2, 0.5)
     assert cli.main(["study", "--help"]) == 0
     assert "--norm {linf,l2,l1}" in capsys.readouterr().out
+
+
+def test_certify_reaches_the_study_configuration(capsys, tmp_path, monkeypatch):
+    from gradkit import certificates
+
+    seen = {}
+
+    def stop(options, **kwargs):
+        seen.update(study.make_config(**options))
+        raise study.ConfigError("stopped by the test")
+
+    monkeypatch.setattr(study, "run_study", stop)
+    code, err = _main(capsys, "--certify", "crown-ibp", "--norm", "l2", "--out", str(tmp_path / "out"))
+    assert (
+        code == 2 and "stopped by the test" in err and (seen["certify"], seen["norm"]) == ("crown-ibp", "l2")
+    )
+    _main(capsys, "--out", str(tmp_path / "out"))
+    assert seen["certify"] is None  # no certificates unless asked
+    assert cli.main(["study", "--help"]) == 0
+    assert "--certify {" + ",".join(certificates.METHODS) + "}" in capsys.readouterr().out

@@ -45,10 +45,9 @@ PACKAGES = {
         "output_bounds", "smooth", "vote_certificate",
     ],
     "gradkit.evaluation": [
-        "Comparison", "Evaluation", "Shard", "check_curve", "compare", "evaluate", "evaluate_processes",
-        "evaluate_shard", "evaluate_stream_shard", "merge_shards", "min_norm", "MinNormResult", "near_chance",
-        "optimality",
-        "paired_comparison",
+        "Comparison", "Evaluation", "Shard", "certified_points", "check_curve", "compare", "evaluate",
+        "evaluate_processes", "evaluate_shard", "evaluate_stream_shard", "merge_shards", "min_norm",
+        "MinNormResult", "near_chance", "optimality", "paired_comparison",
         "read_shard",
         "robustness_curve", "selftest", "SelfTest",
         "shard_rows", "wilson_interval", "write_report",

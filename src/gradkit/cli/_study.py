@@ -14,6 +14,7 @@ _EXAMPLE = """examples:
   gradkit study --out runs/demo                     digits, CNN, 4 models, FGSM, PGD, standard (minutes)
   gradkit study --quick --out runs/quick            small and fast (a minute or two)
   gradkit study --norm l2 --attacks pgd,ddn,standard  L2 threat model (eps in L2, input units)
+  gradkit study --quick --certify crown-ibp        certified lower bounds below the worst case
   gradkit study --dataset data.npz --model mlp      arrays x_train, y_train, x_test, y_test
   gradkit study --model mynet:build --quick         your network: build(input_shape, n_classes)
   gradkit study --dataset cifar10 --quick           Keras' CIFAR-10 loader (downloads once)
@@ -121,6 +122,14 @@ def _add_study_options(add, defaults):
         help=f"PGD steps, eps_step = 2.5 eps / steps (default: {defaults['pgd_steps']})",
     )
     _add_attack_options(add, defaults)
+    add(
+        "--certify",
+        choices=["ibp", "crown-ibp", "crown"],
+        help="also certify every model at every eps (linf, l2) by bound propagation (boosted models: "
+        "their vote, from the members' certificates): a certified row below the worst case (a lower "
+        "bound), the check certified <= worst case per point, the lower edge of the band in "
+        "robustness.png; a rerun may add, change or drop it, nothing else is redone (default: none)",
+    )
     add("--out", help=f"output directory (default: {defaults['out']})")
 
 

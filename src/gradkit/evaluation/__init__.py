@@ -16,6 +16,7 @@ References:
     evaluations", NeurIPS, https://arxiv.org/abs/2206.13991
 """
 
+from gradkit.evaluation._certified import certified_points
 from gradkit.evaluation._curve import robustness_curve
 from gradkit.evaluation._flags import check_curve
 from gradkit.evaluation._flags import near_chance
@@ -43,6 +44,7 @@ __all__ = [
     "Comparison",
     "Evaluation",
     "Shard",
+    "certified_points",
     "check_curve",
     "compare",
     "evaluate",

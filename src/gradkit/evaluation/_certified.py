@@ -34,10 +34,34 @@ def check_method(method, norm, model):
 
 
 def certified_points(model, x, labels, *, method, eps, norm, clip_values, batch_size):
-    """bool `(n,)`: the points whose label no input of the eps-ball changes (the model's decision rule).
+    """The points whose label no input of the eps-ball changes, under the model's decision rule.
 
-    A Keras model: `certificates.certify`. A weighted vote: each member certified on its own clean
-    prediction, combined by `certificates.vote_certificate` at radius eps.
+    A Keras model: `gradkit.certify`. A `WeightedEnsemble` or a fitted boosted model (AdaBoost.M1,
+    SAMME): its weighted hard vote, each member certified on its own clean prediction and the vote
+    certified from them by `gradkit.vote_certificate` at radius eps.
+
+    Args:
+        model: a Keras classifier, a `gradkit.WeightedEnsemble` or a fitted boosted model.
+        x: float `(n, *input_shape)`, inside `clip_values`.
+        labels: int `(n,)` class ids (for a boosted model, indices into its `classes_`).
+        method: "ibp", "crown-ibp" or "crown" (see `gradkit.certify`).
+        eps: float >= 0, the radius in input units.
+        norm: np.inf (Linf) or 2.0 (L2).
+        clip_values: None or `(lo, hi)`, the input box the ball is intersected with.
+        batch_size: rows per compiled call, or None (`gradkit.certify`'s choice).
+
+    Returns:
+        bool `(n,)`: True where the label is certified. A vote at eps 0 certifies nothing (a member
+        certificate of radius 0 proves no ball).
+
+    Raises:
+        ValueError: a layer without a bound rule (named), a bad `method`, `eps`, `norm`, `clip_values`,
+            `x` or `labels` (see `gradkit.certify`).
+        TypeError: `model` is none of the above.
+
+    References:
+        Gowal et al. (2018), https://arxiv.org/abs/1810.12715 (IBP). Zhang et al. (2018),
+        https://arxiv.org/abs/1811.00866 (CROWN).
     """
     members, weights = certificates.member_weights(model)
     options = dict(norm=norm, method=method, clip_values=clip_values, batch_size=batch_size)

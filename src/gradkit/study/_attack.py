@@ -11,6 +11,7 @@ import numpy as np
 from gradkit.attacks import MIN_NORM_NAMES
 from gradkit.evaluation import evaluate, min_norm, wilson_interval
 from gradkit.study._norms import VALUES
+from gradkit.study._outdir import CERTIFIED  # the rows of `gradkit study --certify` (`_certified`)
 
 WORST = "worst_case"
 MIN_NORM = MIN_NORM_NAMES  # minimum-norm attacks: one run per model gives every eps
@@ -215,10 +216,12 @@ def row(model, attack, eps, k, n, norm="linf"):
       accuracy at this eps alone);
     - "remaining" ("standard", eps > 0): the accuracy of `gradkit.evaluate`'s cascade on the
       `n_points` points it ran on (those no attack broke at that eps or below), the strong evaluation's
-      own figure on what the cheaper attacks left.
+      own figure on what the cheaper attacks left;
+    - "certified" (attack "certified", `--certify`): of all test points, the fraction certified at that
+      eps (`_certified`), a lower bound beside the worst case.
     """
     low, high = wilson_interval(int(k), int(n))
-    scope = WORST if attack == WORST else "remaining" if attack == "standard" else "cumulative"
+    scope = {WORST: WORST, "standard": "remaining", CERTIFIED: CERTIFIED}.get(attack, "cumulative")
     return {
         "model": model,
         "attack": attack,

@@ -16,6 +16,11 @@ ATTACKS = ("fgsm", "pgd", "apgd-ce", "apgd-t", "square", "standard", "fmn", "fab
 ADV_ATTACKS = ("pgd", "fgsm")
 ADV_MODES = ("augment", "fit")  # the "mode" of adv_boost's `adversarial` (see gradkit.AdaBoostM1)
 NETWORKS = ("cnn", "mlp")
+CERTIFY = ("ibp", "crown-ibp", "crown")  # gradkit.certificates.METHODS (read here without importing Keras)
+CERTIFY_NORMS = ("linf", "l2")  # the balls bound propagation bounds
+# options written to config.json and results.json only when set: a study without them writes the very
+# files it wrote before they existed
+STORED_WHEN_SET = ("certify",)
 QUICK = {
     "epsilons": list(_norms.QUICK_EPSILONS["linf"]),
     "n_estimators": 2,
@@ -93,6 +98,19 @@ def _nonnegative(values, name):
     return tuple(sorted({float(v) for v in listed}))
 
 
+def _certify(method, norm):
+    """`method`: None or one of `CERTIFY`, at a norm bound propagation takes."""
+    if method is None:
+        return None
+    method = _checks.check_choice(method, "certify", CERTIFY)
+    if norm not in CERTIFY_NORMS:
+        raise ValueError(
+            f"`certify` bounds Linf and L2 balls only: use --norm linf or l2 with it. Received: "
+            f"certify={method!r} with norm={norm!r}"
+        )
+    return method
+
+
 def _attacks(attacks):
     """The attack names in first-seen order, duplicates dropped."""
     listed = _listed(attacks)
@@ -142,6 +160,12 @@ class StudyConfig:
         adv_mode: how `adv_boost` trains its rounds: "augment" (examples made between rounds against
             the ensemble so far, training on clean + adversarial copies) or "fit" (each member
             trained with `gradkit.adversarial_training`). Defaults to "augment".
+        certify: None, "ibp", "crown-ibp" or "crown": also certify every model at every eps by bound
+            propagation (`gradkit.evaluation.certified_points`; a boosted model's weighted vote from its
+            members' certificates), giving a "certified" row per model (a lower bound on robust
+            accuracy beside the worst case, its upper bound) and the check that no attack broke a
+            certified point. Linf and L2 only. Defaults to None (no certificates; the study's files are
+            those of a study before the option existed).
         quick: whether `QUICK` and `QUICK_SUBSET` apply (see `from_options`). Defaults to False.
         deterministic: turn on the backend's deterministic ops before anything runs (TensorFlow's op
             determinism, `torch.use_deterministic_algorithms`; JAX on CPU is deterministic already, on a
@@ -169,6 +193,7 @@ class StudyConfig:
     adv_eps: float | None = None  # None: the norm's `_norms.DEFAULT_ADV_EPS`
     adv_steps: int = 5
     adv_mode: str = "augment"
+    certify: str | None = None
     quick: bool = False
     deterministic: bool = False
 
@@ -190,6 +215,7 @@ class StudyConfig:
             "adv_attack": _checked(_checks.check_choice, self.adv_attack, "adv_attack", ADV_ATTACKS),
             "adv_eps": _checked(_checks.check_eps, adv_eps, "adv_eps"),
             "adv_mode": _checked(_checks.check_choice, self.adv_mode, "adv_mode", ADV_MODES),
+            "certify": _checked(_certify, self.certify, norm),
             "quick": _checked(_checks.check_flag, self.quick, "quick"),
             "deterministic": _checked(_checks.check_flag, self.deterministic, "deterministic"),
         }
@@ -215,11 +241,12 @@ class StudyConfig:
         return cls(**{**fast, **given, "quick": quick})
 
     def to_dict(self, *, out=True):
-        """The configuration as a JSON-ready dict in field order (tuples as lists); without `out`
-        when `out=False` (what config.json and results.json store)."""
+        """The configuration as a JSON-ready dict in field order (tuples as lists); with `out=False` what
+        config.json and results.json store: no `out`, and the options of `STORED_WHEN_SET` only when set."""
         items = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         if not out:
             items.pop("out")
+            items = {k: v for k, v in items.items() if k not in STORED_WHEN_SET or v is not None}
         return {key: list(value) if isinstance(value, tuple) else value for key, value in items.items()}
 
 

@@ -1,6 +1,8 @@
 """The output folder of a study: checked before anything runs, matched against its config.json.
 
     config.json     {"config", "backend", "data_sha256"}: a rerun resumes only if all three match
+                    (but for `certify`, which a rerun may add, change or drop: only the certified
+                    rows are redone)
     results.json    the state `run_study` returns, rewritten after each model and each curve
     results.csv     the result rows: model, attack, norm, eps, accuracy, ci_low, ci_high (its 95% Wilson
                     interval), n_points (its denominator), scope (worst_case, cumulative, remaining)
@@ -26,9 +28,14 @@ from gradkit import _io
 from gradkit.study._config import ConfigError
 from gradkit.study._norms import ADV_NORMS
 
+CERTIFIED = "certified"  # the attack name of the certified rows, the key of the per-point certificates
+
 _CSV_FIELDS = ("model", "attack", "norm", "eps", "accuracy", "ci_low", "ci_high", "n_points", "scope")
 # options added later, with the value a study made before them had
-_ADDED = {"adv_mode": "augment", "deterministic": False, "norm": "linf"}
+_ADDED = {"adv_mode": "augment", "deterministic": False, "norm": "linf", "certify": None}
+# options a rerun may change: they add to the finished work (certificates of the finished models)
+# without redoing any of it; config.json then takes the new value
+_MAY_CHANGE = ("certify",)
 
 
 def fingerprint(data):
@@ -93,7 +100,10 @@ def check_out(out, config, backend):
             "its eps, results and minimal norms are radii in another norm and cannot be resumed. Rerun "
             f"with --norm {old['norm']} to resume it, or use another --out."
         )
-    changed = [f"{k}: {old.get(k)!r} -> {config[k]!r}" for k in config if old.get(k) != config[k]]
+    new = {**_ADDED, **config}
+    changed = [
+        f"{k}: {old.get(k)!r} -> {new[k]!r}" for k in new if k not in _MAY_CHANGE and old.get(k) != new[k]
+    ]
     if changed:
         raise ConfigError(
             f"{out!r} holds a study with another configuration ({'; '.join(changed)}). A rerun resumes "
@@ -121,15 +131,17 @@ def open_out(out, config, backend, data_sha256):
     try:
         os.makedirs(out, exist_ok=True)
         meta = read(path)
-        if meta is None:
+        if meta is not None and meta.get("data_sha256") != data_sha256:
+            raise ConfigError(
+                f"{out!r} holds a study of other data (the data set file changed): use another --out."
+            )
+        if meta is None or (meta.get("config") or {}).get("certify") != config.get("certify"):
             _io.write_json({"config": config, "backend": backend, "data_sha256": data_sha256}, path)
     except OSError as err:
         raise ConfigError(f"`out` must be a writable directory. Received: out={out!r} ({err})") from err
-    if meta is not None and meta.get("data_sha256") != data_sha256:
-        raise ConfigError(
-            f"{out!r} holds a study of other data (the data set file changed): use another --out."
-        )
     saved = read(os.path.join(out, "results.json")) or {}
+    if (saved.get("config") or {}).get("certify") != config.get("certify"):
+        saved = without_certificates(saved)
     return {
         "config": config,
         "backend": backend,
@@ -146,6 +158,19 @@ def open_out(out, config, backend, data_sha256):
         "samples": saved.get("samples", {}),
         "grad_norm": saved.get("grad_norm", {}),
     }
+
+
+def without_certificates(saved):
+    """`saved` (results.json's content) without its certified rows, check warnings and per-point
+    certificates: what a rerun with another `certify` (or none) starts from."""
+    saved = dict(saved)
+    for key in ("results", "warnings"):
+        saved[key] = [r for r in saved.get(key, []) if r.get("attack") != CERTIFIED]
+    saved["samples"] = {
+        name: {k: v for k, v in record.items() if k != CERTIFIED}
+        for name, record in saved.get("samples", {}).items()
+    }
+    return saved
 
 
 def write_state(state, out):
@@ -168,7 +193,9 @@ def sample_rows(state, labels):
     """samples.csv's rows: index, label, then per model `<m>_clean` (0/1), `<m>_eps` (the smallest eps
     at which some attack broke the point, "" if none did) and `<m>_by` ("clean", the attack, or ""),
     and `<m>_fmn_norm` (`<m>_fab_norm`, `<m>_ddn_norm`) where FMN (FAB, DDN) ran (the point's minimal
-    perturbation found, in the study's norm; "" if none)."""
+    perturbation found, in the study's norm; "" if none), and `<m>_certified_up_to` with `--certify` (the
+    largest study eps up to which the point is certified at every study eps, 0 for a point only correct
+    on itself; "" if misclassified)."""
     rows = [{"index": i, "label": int(y)} for i, y in enumerate(labels)]
     for name, record in state["samples"].items():
         worst = record["broken"]["worst_case"]
@@ -178,6 +205,8 @@ def sample_rows(state, labels):
         for attack, norms in record.get("min_norm", {}).items():
             for row, norm in zip(rows, norms):
                 row[f"{name}_{attack}_norm"] = "" if norm is None else norm
+        for row, eps in zip(rows, record.get(CERTIFIED, ())):
+            row[f"{name}_certified_up_to"] = "" if eps is None else eps
     return rows
 
 

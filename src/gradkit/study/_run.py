@@ -27,7 +27,7 @@ from gradkit.errors import WorseThanRandomError
 from gradkit.evaluation import near_chance
 from gradkit.gradients import as_ensemble
 from gradkit.plotting import plot_robustness
-from gradkit.study import _attack, _compare, _outdir
+from gradkit.study import _attack, _certified, _compare, _outdir
 from gradkit.study._config import MODELS, StudyConfig
 from gradkit.study._models import load_model, model_path, save_model
 from gradkit.study._norms import LABELS
@@ -65,13 +65,19 @@ def run_study(config, *, progress=True, log=None):
         once), "samples" ({name: {"clean", "broken", "by"}} per test point), "grad_norm" ({name:
         [[float per epoch] per fit]}), "comparisons" (paired worst-case comparisons of models per eps:
         "a", "b", "eps", "difference", "p_value" (McNemar's exact test), "only_a", "only_b", ...) and
-        "statistics" (the interval and test used, and what each scope means).
+        "statistics" (the interval and test used, and what each scope means). With `certify`: a
+        "certified" row per model and eps (scope "certified", a lower bound beside the worst case),
+        "samples"' "certified" (per point the largest eps up to which it is certified) and
+        "certified_checks" ("model", "eps", "certified", "worst_case", "contradicted": the indices of
+        certified points an attack broke; see `gradkit.study._certified`).
 
     Raises:
         TypeError: `config` is neither a `StudyConfig` nor a dict.
         ConfigError: a bad option, an unusable `out`, or `out` holding a study with another
             configuration, backend or data; raised before anything is written.
         DatasetError: the data set cannot be loaded; nothing is written.
+        ConfigError: with `certify`, a trained network holding a layer without a bound rule (named),
+            raised before any attack; the trained models stay saved.
         WorseThanRandomError: a boosted model's first learner is worse than random (an adversarial eps
             too large for the data, too few epochs); the models finished before it stay saved.
     """
@@ -90,7 +96,12 @@ def run_study(config, *, progress=True, log=None):
         dataset=data.name, n_train=len(data.x_train), n_test=len(data.x_test), n_classes=data.n_classes
     )
     trained = {name: _trained(name, config, data, state, progress, log) for name in MODELS}
+    for name in MODELS if config.certify else ():  # before the attacks: a layer without a bound rule
+        _certified.check_bounds(trained[name], name, config.certify)
     _attack_all(trained, config, data, state, log, progress)
+    if config.certify:
+        _certified.certify_all(trained, config, data, state, progress)
+        _check_certificates(state, log)
     _write_outputs(state, out, data.y_test)
     return state
 
@@ -194,28 +205,42 @@ def _add_warnings(state, evaluations):
                 )
 
 
+def _check_certificates(state, log):
+    """results.json's "certified_checks" (certified <= worst case per point, `_certified.check`) and a
+    warning per (model, eps) where an attack broke a certified point."""
+    config = state["config"]
+    checks = state["certified_checks"] = _certified.check(state["samples"], config["epsilons"])
+    state["warnings"] = [w for w in state["warnings"] if w["attack"] != _certified.CERTIFIED]
+    state["warnings"] += _certified.contradiction_warnings(checks, config["certify"], log)
+
+
 def _write_outputs(state, out, labels):
     """results.json (rows and models in a fixed order, whatever was resumed), the CSV files, the plots."""
     attacks = [a for a in state["config"]["attacks"] if a != "standard"]
-    order = {key: i for i, key in enumerate((*MODELS, _attack.WORST, *attacks, "standard"))}
+    names = (*MODELS, _attack.WORST, _certified.CERTIFIED, *attacks, "standard")
+    order = {key: i for i, key in enumerate(names)}
     state["results"].sort(key=lambda r: (order[r["model"]], order[r["attack"]], r["eps"]))
     for r in state["results"]:  # rows of a study resumed from before --norm: Linf
         r.setdefault("norm", state["config"]["norm"])
     for key in ("models", "grad_norm", "samples"):
         state[key] = {name: state[key][name] for name in MODELS}
     state["comparisons"] = _compare.comparisons(state["samples"], state["config"]["epsilons"])
-    state["statistics"] = {"interval": INTERVAL, "comparison": _compare.TEST, "scopes": _attack.SCOPES}
+    scopes = {**_attack.SCOPES, **(_certified.SCOPE if state["config"].get("certify") else {})}
+    state["statistics"] = {"interval": INTERVAL, "comparison": _compare.TEST, "scopes": scopes}
     _outdir.write_state(state, out)
     _outdir.write_csv(state["results"], out)
     _outdir.write_samples(state, labels, out)
     title, norm = f"{state['dataset']}, Keras backend {state['backend']}", LABELS[state["config"]["norm"]]
+    method = state["config"].get("certify")
     plot_robustness(
         [r for r in state["results"] if r.get("scope") != "remaining"],
         os.path.join(out, "robustness.png"),
         title=f"Robustness ({norm}) - {title}",
         xlabel=f"eps ({norm} norm, input units; inputs in [0, 1])",
         caption=f"n = {state['n_test']} test points, Keras backend {state['backend']}; bands: {INTERVAL}; "
-        f"{', '.join(attacks)}: cumulative (broken at this eps or below)",
+        f"{', '.join(attacks)}: cumulative (broken at this eps or below)"
+        + (f"; certified ({method}): the lower edge of the band up to the worst case" if method else ""),
+        lower=_certified.CERTIFIED if method else None,
     )
     path = os.path.join(out, "grad_norm.png")
     plot_training_diagnostics(_panels(state["grad_norm"]), path, title=f"Gradient norm - {title}")

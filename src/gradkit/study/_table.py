@@ -6,6 +6,7 @@ from gradkit.study._config import MODELS
 from gradkit.study._norms import ADV_NORMS, LABELS, MIN_NORM_ATTACKS, adv_norm_note
 
 WORST = "worst_case"
+CERTIFIED = "certified"
 FILES = {
     "config.json": "the configuration, backend and data fingerprint (a rerun must match them)",
     "results.json": "models, result rows, per-attack figures, flags, per-sample results, grad norms",
@@ -44,6 +45,11 @@ def _titles(state):
     n, attacks = state.get("n_test"), state["config"]["attacks"]
     points = f"n={n} test points, {INTERVAL} in brackets"
     blocks = [(WORST, f"worst case accuracy ({points})")]
+    if state["config"].get("certify"):
+        bound = (
+            f"certified accuracy, {state['config']['certify']} bounds: a lower bound beside the worst case"
+        )
+        blocks.append((CERTIFIED, f"{bound} ({points})"))
     blocks += [
         (a, f"{a} accuracy, cumulative: not broken by {a} at this eps or below ({points})")
         for a in attacks
@@ -72,6 +78,32 @@ def _comparisons(state, epsilons, width):
         text = ("-" if c is None else f"{c['difference']:+.3f} p{_p(c['p_value'])}" for c in cells)
         lines.append(_row(f"{a} - {b}", text, label))
     return lines
+
+
+def _checks(state, epsilons, width):
+    """The block of the check "certified <= worst case" per model and eps (results.json
+    "certified_checks"), or no lines without it."""
+    found = {(c["model"], c["eps"]): c for c in state.get("certified_checks", [])}
+    if not found:
+        return []
+    lines = [
+        "",
+        "check, per point: certified <= worst case (every certified point unbroken by every attack)",
+        _row("", (f"eps={e:g}" for e in epsilons), width, _CELL + 6),
+    ]
+    for name in MODELS:
+        cells = (found.get((name, e)) for e in epsilons)
+        lines.append(_row(name, (_check_cell(c) for c in cells), width, _CELL + 6))
+    return lines
+
+
+def _check_cell(check):
+    """ "0.412 <= 0.569 ok", or "0.412: 3 BROKEN" where an attack broke certified points."""
+    if check is None:
+        return "-"
+    if check["contradicted"]:
+        return f"{check['certified']:.3f}: {len(check['contradicted'])} BROKEN"
+    return f"{check['certified']:.3f} <= {check['worst_case']:.3f} ok"
 
 
 def _p(p):
@@ -157,6 +189,8 @@ def header(state):
 def _when(warning):
     """Where a warning arose: "training", or the first eps whose evaluation raised it (each model's
     warning is kept once: a property of the model, such as `one_network`, holds at every eps)."""
+    if warning["attack"] == CERTIFIED:  # one warning per eps where an attack broke certified points
+        return f"certified, eps={warning['eps']:g}"
     return "training" if warning["attack"] == "training" else f"first at eps={warning['eps']:g}"
 
 
@@ -170,8 +204,9 @@ def format_table(state, out=None):
     Returns:
         str: the header (see `header`), one block per attack (its title names the scope, the number
         of points and the interval), one line per model with accuracies to 3 decimals and their 95%
-        Wilson intervals ("-" for a missing row), the paired comparisons, the warnings of the
-        evaluations, and with `out` the files written.
+        Wilson intervals ("-" for a missing row; with `--certify` the certified block after the worst
+        case, then the check "certified <= worst case" per model and eps), the paired comparisons,
+        the warnings of the evaluations, and with `out` the files written.
     """
     epsilons = state["config"]["epsilons"]
     width = max(len(name) for name in MODELS) + 2
@@ -184,6 +219,8 @@ def format_table(state, out=None):
         for name in MODELS:
             cells = (rows.get((name, attack, e)) for e in epsilons)
             lines.append(_row(name, (_cell(c, standard) for c in cells), width, cell))
+        if attack == CERTIFIED:
+            lines += _checks(state, epsilons, width)
     lines += _comparisons(state, epsilons, width)
     used = ", ".join(state["config"]["attacks"])
     lines.append(f"\nworst case: per test point, over {used} at that eps or below")
