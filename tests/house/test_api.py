@@ -26,7 +26,7 @@ PACKAGES = {
         "member_gradient_norms",
         "classes_from_outputs",
         "n_outputs", "output_index", "output_shape", "outputs_are_logits", "predict_batched",
-        "predict_classes",
+        "predict_classes", "affine_of", "check_preprocessing", "preprocessed",
         "resolve_loss", "select_output", "training_kwargs",
         "weight_gradients", "weighted_vote",
     ],

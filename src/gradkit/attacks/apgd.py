@@ -81,6 +81,7 @@ def apgd(
     use_largereps=False,
     eot_iter=1,
     surrogate=None,
+    preprocessing=None,
 ):
     """Auto-PGD (Croce & Hein 2020): step-size-free PGD with momentum; CE or DLR loss; APGD-T; Linf, L2
     and L1 (APGD-L1, Croce & Hein 2021). The algorithm is in `gradkit.attacks.apgd`'s module docstring.
@@ -122,6 +123,8 @@ def apgd(
             that point's own draw fooled the model, else its first success.
         surrogate: None, or a differentiable stand-in the gradient is taken through (BPDA; see
             `gradkit.gradients.AttackGradient`).
+        preprocessing: None (default), `(mean, std)` or a callable applied to `x` before the model, as in
+            `gradkit.fgsm` (eps, `clip_values` and the result in the units of `x`).
 
     Returns:
         float32 `(n, *input_shape)` adversarial examples, in the eps-ball around `x` and in `clip_values`.
@@ -161,6 +164,7 @@ def apgd(
         eot_iter=eot_iter,
         surrogate=surrogate,
         single_input="APGD",
+        preprocessing=preprocessing,
     )
     if use_largereps and norm != 1:
         raise ValueError(

@@ -10,7 +10,13 @@ from gradkit.evaluation import _certified, _plan, _scale, _state, _versions
 from gradkit.evaluation._entry_run import fooled, run_entry
 from gradkit.evaluation._result import from_state
 from gradkit.evaluation._stats import points_digest
-from gradkit.gradients import as_ensemble, check_surrogate, member_gradient_norms, predict_batched
+from gradkit.gradients import (
+    as_ensemble,
+    check_surrogate,
+    member_gradient_norms,
+    predict_batched,
+    preprocessed,
+)
 
 _PROBE = 32  # rows predicted twice to detect a randomized forward pass
 
@@ -34,6 +40,7 @@ def evaluate(
     state_path=None,
     verbose=1,
     certify=None,
+    preprocessing=None,
 ):
     """Robust accuracy under a cascade of attacks: one of AutoAttack's versions, or your own list.
 
@@ -104,6 +111,11 @@ def evaluate(
             certificate of its own prediction, `gradkit.vote_certificate`), giving the result's
             `certified`, `certified_accuracy` (a lower bound beside `robust_accuracy`, the upper
             bound) and the flag `certificate_contradicted` for a certified point an attack broke.
+        preprocessing: None (default), `(mean, std)` (floats or arrays broadcastable to one input's
+            shape; a `(C,)` vector is the channels-last axis) or a callable / Keras layer on tensors
+            (a keras-hub preprocessor): the model sees `(x - mean) / std` (or `preprocessing(x)`) while
+            `x`, eps, `clip_values` and `x_adv` are in the units of `x` (pixels), as the attacks'
+            `preprocessing=`; `certify` folds an affine one into its input set (a callable is refused).
 
     Returns:
         `Evaluation`: accuracies, the per-sample `robust`, `broken_by` and `x_adv`, the per-attack
@@ -115,8 +127,8 @@ def evaluate(
             objective, eps < 0, n_queries < 1, steps < 1, labels out
             of range, `x` outside `clip_values`, an attack the model has too few classes for, or a
             `state_path` that holds another evaluation (other arguments, another model or weights:
-            `gradkit.errors.StateMismatchError`). All are raised before any attack runs and before
-            anything is written.
+            `gradkit.errors.StateMismatchError`), a bad `preprocessing`. All are raised before any
+            attack runs and before anything is written.
         TypeError: arguments of the wrong type.
 
     References:
@@ -131,6 +143,7 @@ def evaluate(
         ICML, https://arxiv.org/abs/2103.01208 (the L1 standard version: sec. 4)
     """
     _versions.check_version(version, attacks, eot_iter)  # before any work: no forward pass yet
+    model = preprocessed(model, preprocessing)  # the model of pixels: everything below attacks it
     x, labels, classes = _plan.check_data(model, x, y)
     surrogate = check_surrogate(surrogate, model, x)
     config = _plan.check_config(
