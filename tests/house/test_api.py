@@ -27,6 +27,7 @@ PACKAGES = {
         "classes_from_outputs",
         "n_outputs", "output_index", "output_shape", "outputs_are_logits", "predict_batched",
         "predict_classes", "affine_of", "check_preprocessing", "preprocessed",
+        "row_shape",
         "resolve_loss", "select_output", "training_kwargs",
         "weight_gradients", "weighted_vote",
     ],

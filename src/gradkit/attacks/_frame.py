@@ -33,6 +33,7 @@ from gradkit.gradients import (
     output_shape,
     outputs_are_logits,
     preprocessed,
+    row_shape,
 )
 
 OBJECTIVE_LOSSES = ("ce", "dlr", "margin")
@@ -288,7 +289,7 @@ class Frame:
         y_required=None,
         preprocessing=None,
     ):
-        model = preprocessed(model, preprocessing)
+        model = preprocessed(model, preprocessing, row_shape(x))
         self.model, self.owner = model, owner(model)
         self.clip_values = _checks.check_clip_values(clip_values)
         self.batch_size = _checks.check_batch_size(batch_size)

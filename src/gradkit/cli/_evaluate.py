@@ -12,7 +12,7 @@ import sys
 
 from gradkit import _quiet
 from gradkit.cli import _messages, _resume, _torch_module
-from gradkit.cli._parser import eps_list, number_list, word_list
+from gradkit.cli._parser import eps_list, mean_std, number_list, word_list
 from gradkit.errors import StateMismatchError
 
 _EXAMPLE = """examples:
@@ -96,6 +96,14 @@ def add_parser(commands):
     add("--steps", type=int, default=100, help="APGD iterations (default: 100)")
     add("--n-queries", type=int, default=5000, help="Square's queries (default: 5000)")
     add("--clip-values", type=number_list(float), default=[0.0, 1.0], help="input range lo,hi (default: 0,1)")
+    add(
+        "--preprocess",
+        type=mean_std("--preprocess"),
+        metavar="MEAN/STD",
+        help="the model sees (x - mean) / std while eps and --clip-values stay in DATA's units (pixels): "
+        "MEAN/STD, each a number or one per channel, e.g. 0.485,0.456,0.406/0.229,0.224,0.225 "
+        "(default: none)",
+    )
     add("--model-fn", help="module:function building the model whose weights MODEL holds")
     add(
         "--torch-module",
@@ -156,6 +164,7 @@ def _prepare(args, inputs):
         "verbose": 0 if args.no_progress else 1,
         "eot_iter": args.eot_iter,
         "certify": args.certify,
+        "preprocessing": None if args.preprocess is None else tuple(args.preprocess),
     }
     if args.shard is not None:
         k, n = args.shard

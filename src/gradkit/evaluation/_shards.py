@@ -17,7 +17,7 @@ from gradkit import _checks
 from gradkit.attacks import decide
 from gradkit.evaluation import _plan, _scale, _state, _suite, _versions
 from gradkit.evaluation._result import from_state
-from gradkit.gradients import preprocessed
+from gradkit.gradients import preprocessed, row_shape
 
 # settings that follow from the others (the model, the data, the version): not in a state's fingerprint
 _DERIVED = ("skipped", "inputs", "certify")
@@ -197,7 +197,7 @@ def evaluate_shard(
         ValueError, TypeError: as `gradkit.evaluate`, for bad `epsilons` or `rows`; before any work.
     """
     _versions.check_version(version, attacks, eot_iter)
-    model = preprocessed(model, preprocessing)
+    model = preprocessed(model, preprocessing, row_shape(x))
     x, labels, classes = _plan.check_data(model, x, y)
     epsilons = _epsilons(epsilons)
     config = _plan.check_config(

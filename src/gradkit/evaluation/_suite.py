@@ -16,6 +16,7 @@ from gradkit.gradients import (
     member_gradient_norms,
     predict_batched,
     preprocessed,
+    row_shape,
 )
 
 _PROBE = 32  # rows predicted twice to detect a randomized forward pass
@@ -143,7 +144,7 @@ def evaluate(
         ICML, https://arxiv.org/abs/2103.01208 (the L1 standard version: sec. 4)
     """
     _versions.check_version(version, attacks, eot_iter)  # before any work: no forward pass yet
-    model = preprocessed(model, preprocessing)  # the model of pixels: everything below attacks it
+    model = preprocessed(model, preprocessing, row_shape(x))  # the model of pixels, attacked below
     x, labels, classes = _plan.check_data(model, x, y)
     surrogate = check_surrogate(surrogate, model, x)
     config = _plan.check_config(

@@ -35,6 +35,7 @@ from gradkit.gradients._outputs import n_outputs
 from gradkit.gradients._preprocessing import affine_of
 from gradkit.gradients._preprocessing import check_preprocessing
 from gradkit.gradients._preprocessing import preprocessed
+from gradkit.gradients._preprocessing import row_shape
 from gradkit.gradients._surrogate import check_surrogate
 from gradkit.gradients._outputs import output_index
 from gradkit.gradients._outputs import output_shape
@@ -78,6 +79,7 @@ __all__ = [
     "predict_classes",
     "preprocessed",
     "resolve_loss",
+    "row_shape",
     "select_output",
     "training_kwargs",
     "weight_gradients",

@@ -95,22 +95,33 @@ def _layer(pre, shape):
     return Standardize(pre.mean, pre.std, name="preprocessing")
 
 
-def _wrap(model, pre):
-    """`keras.Model(inputs, model(pre(inputs)))`, compiled with the model's loss where it has one."""
-    shape = _input_shape(model)
-    inputs = keras.Input(shape, dtype="float32", name=getattr(model.inputs[0], "name", None))
+def _wrap(model, pre, shape):
+    """`keras.Model(inputs, model(pre(inputs)))`, compiled with the model's loss where it has one; the
+    inputs of one row of `shape` (a callable may resize), else of the model's own input shape."""
+    own = _input_shape(model)
+    shape = own if shape is None or isinstance(pre, Affine) else shape
+    inputs = keras.Input(shape, dtype="float32")
     wrapper = keras.Model(inputs, model(_layer(pre, shape)(inputs)), name=f"{model.name}_preprocessed")
     if getattr(model, "loss", None):  # the compiled loss the attacks read (loss=None)
         wrapper.compile(loss=model.loss, jit_compile=getattr(model, "jit_compile", False) is True)
     return wrapper
 
 
-def _key(pre):
-    return pre.key() if isinstance(pre, Affine) else ("callable", id(pre))
+def row_shape(x):
+    """One row's shape of `x` (one array), the `shape` a callable preprocessing takes; None for several
+    inputs (a list, tuple or dict: the model's own input shape)."""
+    return None if isinstance(x, (list, tuple, dict)) or x is None else tuple(np.shape(x)[1:])
 
 
-def preprocessed(model, preprocessing):
+def _key(pre, shape):
+    return pre.key() if isinstance(pre, Affine) else ("callable", id(pre), shape)
+
+
+def preprocessed(model, preprocessing, shape=None):
     """`model` with `preprocessing` (checked by `check_preprocessing`) applied to its input first.
+
+    `shape` is one row's shape of the data a callable takes (a preprocessor that resizes: the data's,
+    not the model's; None: the model's input shape); an affine `(mean, std)` keeps the model's.
 
     A Keras model becomes the Functional wrapper `keras.Model(x, model(pre(x)))`; an ensemble (or a
     boosting estimator's `as_ensemble()`) the ensemble of its wrapped members, with the same weights.
@@ -127,15 +138,16 @@ def preprocessed(model, preprocessing):
     owner = model if isinstance(model, keras.Model) else as_ensemble(model)
     cache = vars(owner).setdefault(_CACHE, {})
     loss = None if isinstance(owner, WeightedEnsemble) else getattr(owner, "loss", None)
-    entry = cache.get(_key(pre))
+    shape = None if shape is None else tuple(int(d) for d in shape)
+    entry = cache.get(_key(pre, shape))
     if entry is None or entry[1] is not loss:
         if isinstance(owner, WeightedEnsemble):
-            members = [preprocessed(m, pre) for m in owner.models]
+            members = [preprocessed(m, pre, shape) for m in owner.models]
             built = WeightedEnsemble(members, owner.weights, normalize_gradients=owner.normalize_gradients)
         else:
-            built = _wrap(owner, pre)
+            built = _wrap(owner, pre, shape)
             vars(built)[_CACHE + "_of"] = (owner, pre)  # `unwrapped` reads it (not tracked by Keras)
-        cache[_key(pre)] = entry = (built, loss, pre)
+        cache[_key(pre, shape)] = entry = (built, loss, pre)
     return entry[0]
 
 
