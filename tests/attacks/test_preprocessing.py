@@ -19,8 +19,7 @@ ATTACKS = {
     "pgd": dict(eps=0.05, eps_step=0.02, steps=4, seed=3),
     "apgd": dict(eps=0.05, steps=6, seed=1),
     "square": dict(eps=0.05, n_queries=20, seed=0),
-    "fab": dict(steps=6),
-}
+}  # FAB: the linear closed form below
 
 
 def _normalized(kwargs):
