@@ -73,15 +73,16 @@ def check_preprocessing(preprocessing, name="preprocessing"):
     return Affine(mean, std)
 
 
-def _input_shape(model):
+def _input_shape(model, shape):
+    """One row's shape of the wrapper's input: `shape` (the data's) or the model's one input's."""
     inputs = model_inputs(model)
-    if inputs is None or len(inputs) != 1:
+    if inputs is not None and len(inputs) != 1 or inputs is None and shape is None:
         count = "no symbolic inputs (a subclassed model)" if inputs is None else f"{len(inputs)} inputs"
         raise ValueError(
-            "`preprocessing` needs a built Sequential or Functional model with one input. Received: "
-            f"model {model.name!r} with {count} (compose the preprocessing into the model yourself)"
+            "`preprocessing` needs a model with one input (a subclassed one: with the data's shape). "
+            f"Received: model {model.name!r} with {count}"
         )
-    return tuple(inputs[0].shape[1:])
+    return tuple(inputs[0].shape[1:]) if shape is None else shape
 
 
 def _layer(pre, shape):
@@ -89,7 +90,7 @@ def _layer(pre, shape):
         return pre
     for what, a in (("mean", pre.mean), ("std", pre.std)):
         try:
-            np.broadcast_shapes(a.shape, shape)
+            np.broadcast_shapes(a.shape, tuple(1 if d is None else d for d in shape))
         except ValueError:
             _checks.fail("preprocessing", f"a {what} broadcastable to the input shape {shape}", a.shape)
     return Standardize(pre.mean, pre.std, name="preprocessing")
@@ -97,9 +98,8 @@ def _layer(pre, shape):
 
 def _wrap(model, pre, shape):
     """`keras.Model(inputs, model(pre(inputs)))`, compiled with the model's loss where it has one; the
-    inputs of one row of `shape` (a callable may resize), else of the model's own input shape."""
-    own = _input_shape(model)
-    shape = own if shape is None or isinstance(pre, Affine) else shape
+    inputs of one row of `shape` (the data's: a callable may resize), else of the model's input shape."""
+    shape = _input_shape(model, shape)
     inputs = keras.Input(shape, dtype="float32")
     wrapper = keras.Model(inputs, model(_layer(pre, shape)(inputs)), name=f"{model.name}_preprocessed")
     if getattr(model, "loss", None):  # the compiled loss the attacks read (loss=None)
@@ -114,7 +114,17 @@ def row_shape(x):
 
 
 def _key(pre, shape):
-    return pre.key() if isinstance(pre, Affine) else ("callable", id(pre), shape)
+    return (*(pre.key() if isinstance(pre, Affine) else ("callable", id(pre))), shape)
+
+
+def _shape_for(model, pre, shape):
+    """The wrapper's row shape: an affine map keeps a model's fully known input shape (the data is
+    checked against it); a callable takes the data's (`shape`), or the model's where none is given."""
+    inputs = model_inputs(model)
+    own = tuple(inputs[0].shape[1:]) if inputs and len(inputs) == 1 else None
+    if isinstance(pre, Affine) and own is not None and None not in own:
+        return own
+    return own if shape is None else tuple(int(d) for d in shape)
 
 
 def preprocessed(model, preprocessing, shape=None):
@@ -138,11 +148,13 @@ def preprocessed(model, preprocessing, shape=None):
     owner = model if isinstance(model, keras.Model) else as_ensemble(model)
     cache = vars(owner).setdefault(_CACHE, {})
     loss = None if isinstance(owner, WeightedEnsemble) else getattr(owner, "loss", None)
-    shape = None if shape is None else tuple(int(d) for d in shape)
+    ensemble = isinstance(owner, WeightedEnsemble)
+    members = [preprocessed(m, pre, shape) for m in owner.models] if ensemble else None
+    shape = None if ensemble else _shape_for(owner, pre, shape)
     entry = cache.get(_key(pre, shape))
-    if entry is None or entry[1] is not loss:
-        if isinstance(owner, WeightedEnsemble):
-            members = [preprocessed(m, pre, shape) for m in owner.models]
+    stale = entry is None or entry[1] is not loss  # a member compiled again: its wrapper is new
+    if stale or ensemble and any(a is not b for a, b in zip(entry[0].models, members)):
+        if ensemble:
             built = WeightedEnsemble(members, owner.weights, normalize_gradients=owner.normalize_gradients)
         else:
             built = _wrap(owner, pre, shape)
