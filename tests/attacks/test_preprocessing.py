@@ -127,6 +127,18 @@ def test_evaluate_and_certify_in_pixels_match_the_normalized_model():
     np.testing.assert_allclose(pixels.x_adv, normalized.x_adv * STD + MEAN, rtol=0, atol=1e-6)
 
 
+def test_a_robustness_curve_in_pixels_judges_the_points_in_pixels():
+    model = models.small_cnn()
+    x, y = models.random_images(12)
+    kwargs = dict(attack="fgsm", clip_values=(0, 1))
+    pixels = gradkit.robustness_curve(
+        model, x, y, epsilons=[0.0, 0.05, 0.2], preprocessing=(MEAN, STD), **kwargs
+    )
+    kwargs["clip_values"] = _normalized({})["clip_values"]
+    normalized = gradkit.robustness_curve(model, (x - MEAN) / STD, y, epsilons=[0.0, 0.2, 0.8], **kwargs)
+    assert pixels["accuracy"] == normalized["accuracy"] and pixels["accuracy"][0] > pixels["accuracy"][-1]
+
+
 def test_certify_folds_a_per_channel_normalization_as_a_normalization_layer_would():
     cnn = models.small_cnn()
     mean, std = np.array([0.5, 0.3], "float32"), np.array([0.2, 0.4], "float32")
