@@ -101,8 +101,8 @@ def add_parser(commands):
         type=mean_std("--preprocess"),
         metavar="MEAN/STD",
         help="the model sees (x - mean) / std while eps and --clip-values stay in DATA's units (pixels): "
-        "MEAN/STD, each a number or one per channel, e.g. 0.485,0.456,0.406/0.229,0.224,0.225 "
-        "(default: none)",
+        "MEAN/STD, each a number or one per channel (the last axis; images of --torch-module: the "
+        "first), e.g. 0.485,0.456,0.406/0.229,0.224,0.225 (default: none)",
     )
     add("--model-fn", help="module:function building the model whose weights MODEL holds")
     add(
@@ -164,7 +164,7 @@ def _prepare(args, inputs):
         "verbose": 0 if args.no_progress else 1,
         "eot_iter": args.eot_iter,
         "certify": args.certify,
-        "preprocessing": None if args.preprocess is None else tuple(args.preprocess),
+        "preprocessing": _preprocessing(args.preprocess, x, args.torch_module),
     }
     if args.shard is not None:
         k, n = args.shard
@@ -172,6 +172,19 @@ def _prepare(args, inputs):
             raise ValueError(f"`--shard` must be K/N with 1 <= K <= N. Received: {k}/{n}")
         options["rows"] = evaluation.shard_rows(len(x), k - 1, n, args.batch_size, name="--shard")
     return model, x, y, options
+
+
+def _preprocessing(values, x, torch_module):
+    """`(mean, std)` float32 arrays of `--preprocess`, one value per channel on the last axis of DATA's
+    inputs, or for images of a `--torch-module` (channels first) on the axis after the batch; None."""
+    if values is None:
+        return None
+    import numpy as np
+
+    mean, std = (np.asarray(v, np.float32) for v in values)
+    if torch_module and x.ndim == 4:
+        mean, std = (a.reshape(-1, 1, 1) for a in (mean, std))
+    return mean, std
 
 
 def _join(args):
