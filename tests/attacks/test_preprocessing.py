@@ -185,3 +185,14 @@ def test_the_command_line_takes_mean_and_std_per_channel(capsys, tmp_path):
     np.testing.assert_array_equal(robust, direct.robust)
     code, seen = run_evaluate(capsys, *common, "--preprocess", "0.5,0.3/0", "--out", str(tmp_path / "b"))
     assert code == 2 and "`--preprocess` must be MEAN/STD" in seen.err and "std > 0" in seen.err
+
+
+def test_the_command_line_puts_per_channel_values_on_the_channel_axis():
+    from gradkit.cli._evaluate import _preprocessing
+
+    images = np.zeros((2, 3, 5, 5), "float32")
+    mean, std = _preprocessing(([0.1, 0.2, 0.3], [0.5]), images, "mynet:build")  # channels first
+    assert mean.shape == (3, 1, 1) and std.shape == (1, 1, 1) and mean[2, 0, 0] == np.float32(0.3)
+    mean, std = _preprocessing(([0.1, 0.2, 0.3], [0.5]), images, None)  # the last axis
+    assert mean.shape == (3,) and std.shape == (1,)
+    assert _preprocessing(None, images, None) is None
