@@ -196,3 +196,24 @@ def test_the_command_line_puts_per_channel_values_on_the_channel_axis():
     mean, std = _preprocessing(([0.1, 0.2, 0.3], [0.5]), images, None)  # the last axis
     assert mean.shape == (3,) and std.shape == (1,)
     assert _preprocessing(None, images, None) is None
+
+
+class _Subclassed(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(2)
+
+    def call(self, x):
+        return self.dense(x)
+
+
+def test_a_subclassed_model_takes_a_callable_at_the_data_shape():
+    model = _Subclassed()
+    model(np.zeros((1, 2), "float32"))
+    model.set_weights([np.array([[1.0, -1.0], [2.0, 0.5]], "float32"), np.zeros(2, "float32")])
+    x = np.array([[100.0, 50.0], [20.0, 200.0]], "float32")
+    y = np.array([0, 1])
+    x_adv = gradkit.fgsm(model, x, y, eps=5.0, preprocessing=keras.layers.Rescaling(1 / 255))
+    # d(z_other - z_y)/dx = (w_other - w_y) / 255: every pixel moves 5 along its sign
+    w = model.get_weights()[0]
+    np.testing.assert_allclose(x_adv, x + 5.0 * np.sign((w[:, 1 - y] - w[:, y]).T), rtol=0, atol=1e-4)
