@@ -200,7 +200,7 @@ def test_the_command_line_puts_per_channel_values_on_the_channel_axis():
 
 class _Subclassed(keras.Model):
     def __init__(self):
-        super().__init__()
+        super().__init__(name="subclassed")  # TensorFlow's scope names take no leading underscore
         self.dense = keras.layers.Dense(2)
 
     def call(self, x):
