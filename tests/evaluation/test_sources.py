@@ -159,3 +159,12 @@ def test_a_stream_checked_for_convergence_gives_the_result_of_the_arrays(problem
         }, name
         np.testing.assert_allclose(got.get("loss_tail", 0), record.get("loss_tail", 0), rtol=1e-5)
     assert [f["name"] for f in streamed.flags] == [f["name"] for f in arrays.flags]
+
+
+def test_a_stream_with_preprocessing_gives_the_result_of_the_arrays(problem):
+    model, x, y, _ = problem
+    kw = {**KW, "preprocessing": (0.5, 0.25)}  # pixels in [0, 1], the model sees (x - 0.5) / 0.25
+    arrays, streamed = gradkit.evaluate(model, x, y, **kw), gradkit.evaluate(model, batches(x, y), None, **kw)
+    assert arrays.robust_accuracy < gradkit.evaluate(model, x, y, **KW).robust_accuracy  # eps in pixels
+    np.testing.assert_array_equal(streamed.robust, arrays.robust)
+    assert streamed.broken_by == arrays.broken_by

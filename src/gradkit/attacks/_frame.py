@@ -32,6 +32,8 @@ from gradkit.gradients import (
     output_index,
     output_shape,
     outputs_are_logits,
+    preprocessed,
+    row_shape,
 )
 
 OBJECTIVE_LOSSES = ("ce", "dlr", "margin")
@@ -256,6 +258,8 @@ class Frame:
             the TypeError several inputs get (the attack then needs one array, rows with features, and
             an on-device objective; its batch defaults to `default_batch`).
         y_required: the message of the ValueError for `y=None` (targeted attacks need their targets).
+        preprocessing: None, `(mean, std)` or a callable applied to `x` inside the compiled function
+            (`gradkit.gradients.preprocessed`): `model` is then the wrapped model.
 
     Attributes:
         model, owner, grad (`InputGradient`), objective (`AttackGradient`, or None where only host
@@ -283,7 +287,9 @@ class Frame:
         surrogate=None,
         single_input=None,
         y_required=None,
+        preprocessing=None,
     ):
+        model = preprocessed(model, preprocessing, row_shape(x))
         self.model, self.owner = model, owner(model)
         self.clip_values = _checks.check_clip_values(clip_values)
         self.batch_size = _checks.check_batch_size(batch_size)

@@ -85,6 +85,7 @@ def apgd(
     eot_iter=1,
     surrogate=None,
     target_selection="logits",
+    preprocessing=None,
 ):
     """Auto-PGD (Croce & Hein 2020): step-size-free PGD with momentum; CE or DLR loss; APGD-T; Linf, L2
     and L1 (APGD-L1, Croce & Hein 2021). The algorithm is in `gradkit.attacks.apgd`'s module docstring.
@@ -130,6 +131,8 @@ def apgd(
             AutoAttack's: the most likely classes) or "malt" (Melamed et al. 2024: the nearest
             linearized boundaries `(z_y - z_j) / ||grad z_y - grad z_j||_q` at `x`, q the dual norm,
             among the 100 most likely classes; one gradient per class and point, see `_targets`).
+        preprocessing: None (default), `(mean, std)` or a callable applied to `x` before the model, as in
+            `gradkit.fgsm` (eps, `clip_values` and the result in the units of `x`).
 
     Returns:
         float32 `(n, *input_shape)` adversarial examples, in the eps-ball around `x` and in `clip_values`.
@@ -171,6 +174,7 @@ def apgd(
         eot_iter=eot_iter,
         surrogate=surrogate,
         single_input="APGD",
+        preprocessing=preprocessing,
     )
     if use_largereps and norm != 1:
         raise ValueError(

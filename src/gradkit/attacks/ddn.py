@@ -42,6 +42,7 @@ def ddn(
     seed=0,
     output=None,
     norm=2,
+    preprocessing=None,
     **options,
 ):
     """Decoupled Direction and Norm attack (Rony et al. 2019): each sample's smallest L2 adversarial
@@ -57,6 +58,8 @@ def ddn(
         targeted: False (default) or True.
         seed: int >= 0 or None, the random directions of zero gradients. Defaults to 0.
         norm: 2 (or "l2"), the only norm DDN takes (for a uniform signature). Defaults to 2.
+        preprocessing: None (default), `(mean, std)` or a callable applied to `x` before the model, as in
+            `gradkit.fgsm` (eps, `clip_values` and the result in the units of `x`).
 
     Returns:
         float32 `(n, *input_shape)`: per sample the smallest (L2) adversarial example found, inside
@@ -92,6 +95,7 @@ def ddn(
         targeted=targeted,
         single_input="DDN",
         y_required=Y_REQUIRED,
+        preprocessing=preprocessing,
     ).as_float32()
     x0, clip = frame.x0, frame.clip_values is not None
     per_row = {"eps": np.full(len(x0), init_norm, np.float32)}

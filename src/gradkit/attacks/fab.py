@@ -72,6 +72,7 @@ def fab(
     seed=0,
     output=None,
     objective="loss_sum",
+    preprocessing=None,
 ):
     """Fast Adaptive Boundary attack (Croce & Hein 2020): per sample, the smallest adversarial example
     it finds, in the Linf, L2 or L1 norm; FAB-T with `targeted=True`. The algorithm is in
@@ -107,6 +108,8 @@ def fab(
         objective: how an ensemble's members are combined into the differences of logits, as in
             `gradkit.bim` ("loss_sum": the weighted sum of the members' differences; "vote_margin": the
             difference of the smoothed weighted vote). Defaults to "loss_sum".
+        preprocessing: None (default), `(mean, std)` or a callable applied to `x` before the model, as in
+            `gradkit.fgsm` (eps, `clip_values` and the result in the units of `x`).
 
     Returns:
         float32 `(n, *input_shape)`: per sample the smallest adversarial example found, or the clean `x`
@@ -139,6 +142,7 @@ def fab(
         output=output,
         objective=objective,
         single_input="FAB",
+        preprocessing=preprocessing,
     )
     _check_classes(args["targeted"], frame.n_classes)
     options = dict(batch_size=frame.batch_size, output=output, objective=objective)

@@ -55,6 +55,7 @@ def fmn(
     batch_size=None,
     seed=0,
     output=None,
+    preprocessing=None,
     **options,
 ):
     """Fast Minimum-Norm attack (Pintor et al. 2021): each sample's smallest adversarial example, in
@@ -81,6 +82,8 @@ def fmn(
         batch_size: rows per compiled call; defaults as in `gradkit.apgd`.
         seed: int >= 0 or None; FMN is deterministic (kept for a uniform signature). Defaults to 0.
         output: name or index of the attacked output of a multi-output model.
+        preprocessing: None (default), `(mean, std)` or a callable applied to `x` before the model, as in
+            `gradkit.fgsm` (eps, `clip_values` and the result in the units of `x`).
 
     Returns:
         float32 `(n, *input_shape)`: per sample the smallest adversarial example found (in the norm),
@@ -113,6 +116,7 @@ def fmn(
         targeted=targeted,
         single_input="FMN",
         y_required=Y_REQUIRED,
+        preprocessing=preprocessing,
     ).as_float32()
     x0, targeted = frame.x0, frame.targeted
     start = x0

@@ -64,6 +64,7 @@ def fgsm(
     loss=None,
     batch_size=None,
     output=None,
+    preprocessing=None,
 ):
     """Fast Gradient (Sign) Method: `x + eps * sign(grad_x L(y, f(x)))`, clipped to `clip_values`.
 
@@ -95,6 +96,11 @@ def fgsm(
         loss: None (the model's compiled loss) or a loss as in `gradkit.InputGradient`.
         batch_size: rows per compiled call; None (default) attacks all of `x` in one call.
         output: name or index of the attacked output of a multi-output model; only its loss counts.
+        preprocessing: None (default), `(mean, std)` (floats or arrays broadcastable to one input's
+            shape; a `(C,)` vector is the channels-last axis) or a callable / Keras layer on tensors: the
+            model sees `(x - mean) / std` (or `preprocessing(x)`), applied inside the compiled function,
+            while eps, `clip_values` and the returned points stay in the units of `x` (pixels). The
+            wrapped model is built once per model and preprocessing (`gradkit.gradients.preprocessed`).
 
     Returns:
         Adversarial examples shaped like `x` (same structure), dtype of the model input (float32).
@@ -125,6 +131,7 @@ def fgsm(
         loss=loss,
         batch_size=batch_size,
         output=output,
+        preprocessing=preprocessing,
     )
 
 
@@ -144,6 +151,7 @@ def bim(
     output=None,
     objective="loss_sum",
     keep="first_success",
+    preprocessing=None,
 ):
     """Basic Iterative Method (iterative FGSM): `steps` steps of size `eps_step`, no random start.
 
@@ -174,6 +182,8 @@ def bim(
         keep: "first_success" (default): each sample keeps the first iterate that fooled the real
             decision rule (argmax; an ensemble's weighted hard vote), else the iterate with the highest
             objective; "last": the last iterate, as classic implementations return.
+        preprocessing: None (default), `(mean, std)` or a callable applied to `x` before the model, as in
+            `gradkit.fgsm` (eps, `clip_values` and the result in the units of `x`).
 
     Returns:
         Adversarial examples shaped like `x` (same structure), dtype of the model input (float32).
@@ -206,6 +216,7 @@ def bim(
         output=output,
         objective=objective,
         keep=keep,
+        preprocessing=preprocessing,
     )
 
 
@@ -227,6 +238,7 @@ def pgd(
     keep="first_success",
     random_start=True,
     seed=None,
+    preprocessing=None,
 ):
     """Projected Gradient Descent: BIM started at a uniformly random point of the eps-ball.
 
@@ -243,6 +255,8 @@ def pgd(
         random_start: start from a random point of the ball (default True) or from `x`.
         seed: None (default: fresh randomness) or an int >= 0 seeding the random start.
         objective, keep: as in `gradkit.bim`.
+        preprocessing: None (default), `(mean, std)` or a callable applied to `x` before the model, as in
+            `gradkit.fgsm` (eps, `clip_values` and the result in the units of `x`).
 
     Returns:
         Adversarial examples shaped like `x` (same structure), dtype of the model input (float32).
@@ -276,6 +290,7 @@ def pgd(
         keep=keep,
         random_start=random_start,
         seed=seed,
+        preprocessing=preprocessing,
     )
 
 
@@ -321,6 +336,7 @@ def projected_loop(
     temperature=1.0,
     eot_iter=1,
     surrogate=None,
+    preprocessing=None,
 ):
     """Validates every argument, then runs the projected gradient loop (see the module docstring).
 
@@ -347,6 +363,7 @@ def projected_loop(
         temperature=temperature,
         eot_iter=eot_iter,
         surrogate=surrogate,
+        preprocessing=preprocessing,
     )
     if a["eps"] == 0:
         return tree.map_structure(np.copy, frame.x0)

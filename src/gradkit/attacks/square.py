@@ -66,6 +66,7 @@ def square(
     objective="loss_sum",
     seed=None,
     data_format=None,
+    preprocessing=None,
 ):
     """The Square Attack (Andriushchenko et al. 2020): random search with square-shaped updates.
 
@@ -93,6 +94,8 @@ def square(
             pooling layers, else `keras.config.image_data_format()`; a wrapped PyTorch module is
             channels-first), "channels_last" (`(n, h, w, c)`) or "channels_first" (`(n, c, h, w)`):
             which axes of an image are its height, width and channels, over which windows run.
+        preprocessing: None (default), `(mean, std)` or a callable applied to `x` before the model, as in
+            `gradkit.fgsm` (eps, `clip_values` and the result in the units of `x`).
 
     Returns:
         float32 `(n, *input_shape)` adversarial examples in the eps-ball and in `clip_values`.
@@ -124,6 +127,7 @@ def square(
         objective=objective,
         targeted=targeted,
         single_input="Square",
+        preprocessing=preprocessing,
     )
     layout = _layout(frame, data_format)
     if eps == 0:

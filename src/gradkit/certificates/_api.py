@@ -7,7 +7,7 @@ import numpy as np
 
 from gradkit import _checks, backend
 from gradkit.certificates import _graph, crown, ibp
-from gradkit.gradients import cached
+from gradkit.gradients import affine_of, cached
 
 METHODS = ("ibp", "crown-ibp", "crown")  # the bound methods `certify` takes, cheapest first
 _ENTRIES = 1 << 25  # float entries of CROWN's largest coefficient array per block (128 MiB in float32)
@@ -45,12 +45,18 @@ class Certificate:
         )
 
 
-def _check(model, x, eps, norm, method, clip_values, batch_size):
+def _check(model, x, eps, norm, method, clip_values, batch_size, preprocessing=None):
     if not isinstance(model, keras.Model):
         _checks.fail("model", "a Keras model", type(model).__name__, TypeError)
+    model, affine = affine_of(preprocessing, model)
     method = _checks.check_choice(method, "method", METHODS)
     norm = _checks.check_norm(norm)
     eps = _checks.check_eps(eps)
+    if affine is not None and norm == 2 and np.unique(affine[1]).size > 1:
+        raise ValueError(
+            "`preprocessing` must have one std for an L2 ball (a per-channel std maps it to an ellipsoid, "
+            f"which has no bound rule). Received: std={affine[1].tolist()} with norm='l2'"
+        )
     clip_values = _checks.check_clip_values(clip_values)
     batch_size = None if batch_size is None else _checks.check_batch_size(batch_size)
     plan = cached(model, "certify-plan", lambda: _graph.plan(model))
@@ -61,7 +67,7 @@ def _check(model, x, eps, norm, method, clip_values, batch_size):
         _checks.fail("x", "finite values", "an array with NaN or inf")
     if clip_values is not None and (x.min() < clip_values[0] or x.max() > clip_values[1]):
         _checks.fail("x", f"values inside clip_values {clip_values}", f"range [{x.min():g}, {x.max():g}]")
-    return plan, x, eps, norm, method, clip_values, batch_size
+    return model, affine, plan, x, eps, norm, method, clip_values, batch_size
 
 
 def _labels(y, n, n_classes):
@@ -86,13 +92,20 @@ def _spec(labels, n_classes):
     return eye[labels][:, None, :] - eye[None]
 
 
-def _box(x, eps, norm, clip_values):
-    """`(x0, xl, xu, eps)` flat float32 arrays: the point, the box part of its set, the radius."""
+def _box(x, eps, norm, clip_values, affine=None):
+    """`(x0, xl, xu, eps)` flat float32 arrays: the point, the box part of its set, the radius; with an
+    affine preprocessing `(mean, std)`, mapped into the model's units by u = (x - mean) / std (increasing
+    per feature: the box maps onto a box, exactly; an L2 ball of one std onto the ball of radius eps / std;
+    the Linf bound reads the box alone)."""
     x0 = x.reshape(len(x), int(np.prod(x.shape[1:])))
     xl, xu = x0 - eps, x0 + eps
     if clip_values is not None:
         xl, xu = np.maximum(xl, clip_values[0]), np.minimum(xu, clip_values[1])
-    return x0, xl.astype(np.float32), xu.astype(np.float32), np.full(len(x), eps, np.float32)
+    radius = np.full(len(x), eps, np.float32)
+    if affine is not None:
+        mean, std = (np.broadcast_to(a, x.shape[1:]).reshape(-1) for a in affine)
+        x0, xl, xu, radius = (x0 - mean) / std, (xl - mean) / std, (xu - mean) / std, radius / std[0]
+    return x0.astype(np.float32), xl.astype(np.float32), xu.astype(np.float32), radius.astype(np.float32)
 
 
 def _bound_fn(plan, norm, method):
@@ -121,13 +134,13 @@ def _rows_per_block(plan, method, n_specs, batch_size):
     return int(max(1, min(256, _ENTRIES // max(1, 2 * max(widest, n_specs) * widest))))
 
 
-def _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_size):
+def _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_size, affine=None):
     """Lower bounds `(n, S)` of `spec . logits` over each point's set, block by block."""
     build = lambda: backend.compile_forward(_bound_fn(plan, norm, method))  # noqa: E731
     fn = cached(model, "certify", build, norm=norm, method=method)
     trainable = backend.variable_values(model.trainable_variables)
     non_trainable = backend.variable_values(model.non_trainable_variables)
-    x0, xl, xu, radius = _box(x, eps, norm, clip_values)
+    x0, xl, xu, radius = _box(x, eps, norm, clip_values, affine)
     rows, out = _rows_per_block(plan, method, spec.shape[1], batch_size), []
     for start in range(0, len(x), rows):
         block = slice(start, start + rows)
@@ -136,7 +149,9 @@ def _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_si
     return np.concatenate(out) if out else np.zeros((0, spec.shape[1]), np.float32)
 
 
-def certify(model, x, y, eps, *, norm="linf", method="crown", clip_values=None, batch_size=None):
+def certify(
+    model, x, y, eps, *, norm="linf", method="crown", clip_values=None, batch_size=None, preprocessing=None
+):
     """Certified lower bounds of the margins z_y - z_j of a classifier over an eps-ball around each point.
 
     The model's logits are bounded over {x' : ||x' - x|| <= eps} intersected with the box `clip_values`,
@@ -157,13 +172,19 @@ def certify(model, x, y, eps, *, norm="linf", method="crown", clip_values=None, 
             "crown".
         clip_values: None or `(lo, hi)`, the valid input range the set is intersected with.
         batch_size: rows per compiled call; None picks 256 for IBP and what fits 128 MiB for CROWN.
+        preprocessing: None (default) or `(mean, std)` (floats or arrays broadcastable to one input's
+            shape): the model sees `(x - mean) / std`, while `x`, eps and `clip_values` are in the units
+            of `x` (pixels). The affine map is folded into the input set (a box maps onto a box; L2 needs
+            one std). A model built by `gradkit.gradients.preprocessed` (what the attacks'
+            `preprocessing=` attacks) is read as its inner model and its preprocessing.
 
     Returns:
         A `Certificate` with `certified` `(n,)` bool, `margins` `(n, C)` and `certified_accuracy`.
 
     Raises:
         ValueError: a layer without a bound rule (named), a bad `eps`, `norm`, `method`, `clip_values`,
-            `x` of the wrong shape or outside `clip_values`, labels that do not match.
+            `x` of the wrong shape or outside `clip_values`, labels that do not match, a callable
+            `preprocessing` (no bound rule: put it in the model's layers), a per-channel std under L2.
         TypeError: `model` is not a Keras model.
 
     References:
@@ -174,12 +195,13 @@ def certify(model, x, y, eps, *, norm="linf", method="crown", clip_values=None, 
         "Towards stable and efficient training of verifiably robust neural networks" (CROWN-IBP), ICLR,
         https://arxiv.org/abs/1906.06316.
     """
-    plan, x, eps, norm, method, clip_values, batch_size = _check(
-        model, x, eps, norm, method, clip_values, batch_size
+    model, affine, plan, x, eps, norm, method, clip_values, batch_size = _check(
+        model, x, eps, norm, method, clip_values, batch_size, preprocessing
     )
     n_classes = int(np.prod(plan.shapes[plan.output]))
     labels = _labels(y, len(x), n_classes)
-    low = _lower_bounds(model, plan, x, _spec(labels, n_classes), eps, norm, method, clip_values, batch_size)
+    spec = _spec(labels, n_classes)
+    low = _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_size, affine)
     if n_classes == 1:  # margins of the two classes: the bound of +-z at the other class
         margins = np.full((len(x), 2), np.inf, np.float32)
         margins[np.arange(len(x)), 1 - labels] = low[:, 0]
@@ -190,11 +212,13 @@ def certify(model, x, y, eps, *, norm="linf", method="crown", clip_values=None, 
     return Certificate(certified, margins.astype(np.float32), float(eps), norm, method, clip_values)
 
 
-def output_bounds(model, x, eps, *, norm="linf", method="crown", clip_values=None, batch_size=None):
+def output_bounds(
+    model, x, eps, *, norm="linf", method="crown", clip_values=None, batch_size=None, preprocessing=None
+):
     """Lower and upper bounds of a classifier's logits over an eps-ball around each point.
 
     Args:
-        model, x, eps, norm, method, clip_values, batch_size: as in `certify`.
+        model, x, eps, norm, method, clip_values, batch_size, preprocessing: as in `certify`.
 
     Returns:
         `(lower, upper)`, float32 arrays shaped like the model's output `(n, *output_shape)`: every
@@ -203,12 +227,12 @@ def output_bounds(model, x, eps, *, norm="linf", method="crown", clip_values=Non
     Raises:
         ValueError, TypeError: as in `certify`.
     """
-    plan, x, eps, norm, method, clip_values, batch_size = _check(
-        model, x, eps, norm, method, clip_values, batch_size
+    model, affine, plan, x, eps, norm, method, clip_values, batch_size = _check(
+        model, x, eps, norm, method, clip_values, batch_size, preprocessing
     )
     k = int(np.prod(plan.shapes[plan.output]))
     eye = np.eye(k, dtype=np.float32)
     spec = np.broadcast_to(np.concatenate([eye, -eye])[None], (len(x), 2 * k, k)).copy()
-    low = _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_size)
+    low = _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_size, affine)
     shape = (len(x),) + tuple(plan.shapes[plan.output])
     return low[:, :k].reshape(shape), (-low[:, k:]).reshape(shape)

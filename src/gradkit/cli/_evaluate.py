@@ -12,7 +12,7 @@ import sys
 
 from gradkit import _quiet
 from gradkit.cli import _messages, _resume, _torch_module
-from gradkit.cli._parser import eps_list, number_list, word_list
+from gradkit.cli._parser import eps_list, mean_std, number_list, word_list
 from gradkit.errors import StateMismatchError
 
 _EXAMPLE = """examples:
@@ -117,6 +117,14 @@ def add_parser(commands):
     add("--steps", type=int, default=100, help="APGD iterations (default: 100)")
     add("--n-queries", type=int, default=5000, help="Square's queries (default: 5000)")
     add("--clip-values", type=number_list(float), default=[0.0, 1.0], help="input range lo,hi (default: 0,1)")
+    add(
+        "--preprocess",
+        type=mean_std("--preprocess"),
+        metavar="MEAN/STD",
+        help="the model sees (x - mean) / std while eps and --clip-values stay in DATA's units (pixels): "
+        "MEAN/STD, each a number or one per channel (the last axis; images of --torch-module: the "
+        "first), e.g. 0.485,0.456,0.406/0.229,0.224,0.225 (default: none)",
+    )
     add("--model-fn", help="module:function building the model whose weights MODEL holds")
     add(
         "--torch-module",
@@ -183,6 +191,7 @@ def _prepare(args, inputs):
         "verbose": 0 if args.no_progress else 1,
         "eot_iter": args.eot_iter,
         "certify": args.certify,
+        "preprocessing": _preprocessing(args.preprocess, x, args.torch_module),
     }
     if args.check_convergence:  # only when set: the options of other evaluations stay as they were
         options["check_convergence"] = True
@@ -197,6 +206,19 @@ def _prepare(args, inputs):
             raise ValueError(f"`--shard` must be K/N with 1 <= K <= N. Received: {k}/{n}")
         options["rows"] = evaluation.shard_rows(len(x), k - 1, n, args.batch_size, name="--shard")
     return model, x, y, options
+
+
+def _preprocessing(values, x, torch_module):
+    """`(mean, std)` float32 arrays of `--preprocess`, one value per channel on the last axis of DATA's
+    inputs, or for images of a `--torch-module` (channels first) on the axis after the batch; None."""
+    if values is None:
+        return None
+    import numpy as np
+
+    mean, std = (np.asarray(v, np.float32) for v in values)
+    if torch_module and x.ndim == 4:
+        mean, std = (a.reshape(-1, 1, 1) for a in (mean, std))
+    return mean, std
 
 
 def _join(args):

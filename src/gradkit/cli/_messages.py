@@ -26,6 +26,7 @@ EVALUATE = {
     "steps": "--steps",
     "n_queries": "--n-queries",
     "clip_values": "--clip-values",
+    "preprocessing": "--preprocess",
     "rows": "--shard",
     "certify": "--certify",
 }

@@ -73,6 +73,33 @@ def eps_list(flag):
     return parse
 
 
+def mean_std(flag):
+    """An argparse type: "MEAN/STD", each side one number or comma-separated numbers (one per channel,
+    the last axis of an input), as `(mean, std)` lists; refused naming `flag` where a side is missing, not
+    numbers, a std is not > 0, or the sides are lists of different lengths (a lone number broadcasts)."""
+    expected = f"`{flag}` must be MEAN/STD, each a number or comma-separated numbers (one per channel)"
+
+    def parse(text):
+        top, slash, bottom = text.partition("/")
+        try:
+            mean, std = ([float(v) for v in side.split(",")] for side in (top, bottom))
+        except ValueError:
+            mean = std = None
+        if not slash or mean is None:
+            why = "no /" if not slash else "not numbers"
+        elif not all(math.isfinite(v) for v in mean + std) or min(std) <= 0:
+            why = "every value finite and every std > 0"
+        elif len(mean) != len(std) and 1 not in (len(mean), len(std)):
+            why = f"{len(mean)} means and {len(std)} stds"
+        else:
+            return mean, std
+        raise argparse.ArgumentTypeError(
+            f"{expected}, e.g. 0.485,0.456,0.406/0.229,0.224,0.225. Received: {flag} {text} ({why})"
+        )
+
+    return parse
+
+
 def word_list(text):
     """An argparse type: comma-separated words, lower-cased, empty items dropped."""
     return [item.strip().lower() for item in text.split(",") if item.strip()]

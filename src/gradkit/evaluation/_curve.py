@@ -23,7 +23,7 @@ from gradkit.attacks import (
 from gradkit.evaluation._min_norm import min_norm
 from gradkit.evaluation._plan import Entry, check_adversarial
 from gradkit.evaluation._suite import evaluate
-from gradkit.gradients import WeightedEnsemble, as_ensemble
+from gradkit.gradients import WeightedEnsemble, as_ensemble, preprocessed, row_shape
 
 # the attack functions run at each eps, by name (apgd, square, pgd, bim, fgsm); the minimum-norm ones
 # (fmn, ddn, fab) run once through `min_norm`
@@ -116,7 +116,8 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
         batch_size: rows per compiled call and per prediction batch; None (default): all at once.
         **attack_kwargs: passed to the attack at every eps, e.g. `steps`, `eps_step`, `norm`,
             `clip_values`, `loss`, `output`, `random_start`, `seed`. `loss` and `output` also choose
-            the gradient used for `zero_gradient_fraction`.
+            the gradient used for `zero_gradient_fraction`; `preprocessing` (as the attacks take it)
+            wraps the model once, so the attacks and the accuracies see pixels alike.
 
     Returns:
         dict with "eps" (list of float, as given); "accuracy" (list of float in [0, 1], one per eps):
@@ -148,6 +149,7 @@ def robustness_curve(model, x, y, *, attack, epsilons, batch_size=None, **attack
         >>> curve["accuracy"]                                # [0.97, 0.61, 0.12]  # doctest: +SKIP
     """
     fn = _resolve_attack(attack)
+    model = preprocessed(model, attack_kwargs.pop("preprocessing", None), row_shape(x))  # judged in pixels
     if y is None:
         raise ValueError("`y` (the true labels) is required for a robustness curve. Received: y=None")
     epsilons = _check_epsilons(epsilons)

@@ -9,6 +9,7 @@ from gradkit import _checks
 from gradkit.attacks import MIN_NORM_NAMES as NAMES
 from gradkit.attacks import TABLE, check_single_input, decide, gradient_for, prepare
 from gradkit.attacks.geometry import norms as _norms
+from gradkit.gradients import preprocessed, row_shape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +91,8 @@ def min_norm(model, x, y, *, norm, attacks=("fmn",), batch_size=None, output=Non
             Defaults to ("fmn",).
         batch_size: rows per compiled call; output: the attacked output of a multi-output model.
         **attack_kwargs: passed to every attack (`steps`, `clip_values`, `seed`, ...). No `eps`.
+            `preprocessing` (as the attacks take it) wraps the model once, for the attacks and the
+            verdicts alike.
 
     Returns:
         `MinNormResult` with `norms` float64 `(n,)`, `x_adv`, `best_attack`, `accuracy_at(eps)` and
@@ -115,6 +118,7 @@ def min_norm(model, x, y, *, norm, attacks=("fmn",), batch_size=None, output=Non
     """
     fns, norm = _check(attacks, norm, attack_kwargs)
     check_single_input(model, x, "min_norm")
+    model = preprocessed(model, attack_kwargs.pop("preprocessing", None), row_shape(x))  # judged in pixels
     if y is None:
         raise ValueError("`y` (the true labels) is required for min_norm. Received: y=None")
     clip = _checks.check_clip_values(attack_kwargs.get("clip_values"))

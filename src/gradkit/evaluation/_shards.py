@@ -17,6 +17,7 @@ from gradkit import _checks
 from gradkit.attacks import decide
 from gradkit.evaluation import _plan, _scale, _state, _suite, _versions
 from gradkit.evaluation._result import from_state
+from gradkit.gradients import preprocessed, row_shape
 
 # settings that follow from the others (the model, the data, the version): not in a state's fingerprint
 _DERIVED = ("skipped", "inputs", "certify")
@@ -164,12 +165,13 @@ def evaluate_shard(
     tasks=None,
     certify=None,
     check_convergence=False,
+    preprocessing=None,
 ):
     """`gradkit.evaluate`'s cascade at every eps of `epsilons` on the rows `rows` of `x`.
 
     Args:
         model, x, y, norm, version, attacks, eot_iter, clip_values, seed, n_queries, steps, verbose,
-            certify, check_convergence: as
+            certify, check_convergence, preprocessing: as
             for `gradkit.evaluate` (callables in `attacks` and a `surrogate` are not supported here).
         epsilons: float >= 0 or a strictly increasing list of them; each eps attacks only the points
             every smaller one left robust.
@@ -188,6 +190,7 @@ def evaluate_shard(
         ValueError, TypeError: as `gradkit.evaluate`, for bad `epsilons` or `rows`; before any work.
     """
     _versions.check_version(version, attacks, eot_iter)
+    model = preprocessed(model, preprocessing, row_shape(x))
     x, labels, classes = _plan.check_data(model, x, y)
     epsilons = _epsilons(epsilons)
     config = _plan.check_config(

@@ -5,6 +5,7 @@ import keras
 import numpy as np
 
 from gradkit.evaluation import _shards, _state, _streaming, _suite
+from gradkit.gradients import preprocessed
 
 
 def evaluate_stream_shard(model, source, y=None, *, epsilons, state_path=None, **options):
@@ -21,7 +22,8 @@ def evaluate_stream_shard(model, source, y=None, *, epsilons, state_path=None, *
             rerun reads the stream again and resumes at its first unfinished block.
         **options: `evaluate_shard`'s `norm`, `version`, `attacks`, `eot_iter`, `clip_values`,
             `batch_size` (required: the points of each block), `seed`, `n_queries`, `steps`, `verbose`,
-            `certify`.
+            `certify`, `check_convergence`, `preprocessing` (a callable takes rows of the model's
+            input shape).
 
     Returns:
         A `Shard` over all the points (its states' `x_adv` None; `resumed` names the blocks read back).
@@ -45,6 +47,7 @@ def evaluate_stream_shard(model, source, y=None, *, epsilons, state_path=None, *
         _suite._PROBE,
     )
     options = {"version": None, "eot_iter": 20, "surrogate": None, **options}
+    model = preprocessed(model, options.pop("preprocessing", None))  # rows of the model's input shape
     done = _streaming.run(
         model,
         source,

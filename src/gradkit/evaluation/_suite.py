@@ -10,7 +10,14 @@ from gradkit.evaluation import _certified, _convergence, _plan, _scale, _sources
 from gradkit.evaluation._entry_run import fooled, run_entry
 from gradkit.evaluation._result import from_state
 from gradkit.evaluation._stats import points_digest
-from gradkit.gradients import as_ensemble, check_surrogate, member_gradient_norms, predict_batched
+from gradkit.gradients import (
+    as_ensemble,
+    check_surrogate,
+    member_gradient_norms,
+    predict_batched,
+    preprocessed,
+    row_shape,
+)
 
 _PROBE = 32  # rows predicted twice to detect a randomized forward pass
 
@@ -35,6 +42,7 @@ def evaluate(
     verbose=1,
     certify=None,
     check_convergence=False,
+    preprocessing=None,
 ):
     """Robust accuracy under a cascade of attacks: one of AutoAttack's versions, or your own list.
 
@@ -127,6 +135,12 @@ def evaluate(
             last 10% of its steps, the flag `still_improving` names the attack (and `per_attack`
             holds its "loss_tail": `[start, end, count]`, the summed best losses there and the rows).
             Callables and FGSM are not rerun.
+        preprocessing: None (default), `(mean, std)` (floats or arrays broadcastable to one input's
+            shape; a `(C,)` vector is the channels-last axis) or a callable / Keras layer on tensors
+            (a keras-hub preprocessor): the model sees `(x - mean) / std` (or `preprocessing(x)`) while
+            `x`, eps, `clip_values` and `x_adv` are in the units of `x` (pixels), as the attacks'
+            `preprocessing=`; `certify` folds an affine one into its input set (a callable is refused).
+            On a stream a callable takes rows of the model's input shape.
 
     Returns:
         `Evaluation`: accuracies, the per-sample `robust`, `broken_by` and `x_adv`, the per-attack
@@ -138,8 +152,8 @@ def evaluate(
             objective, eps < 0, n_queries < 1, steps < 1, labels out
             of range, `x` outside `clip_values`, an attack the model has too few classes for, or a
             `state_path` that holds another evaluation (other arguments, another model or weights:
-            `gradkit.errors.StateMismatchError`). All are raised before any attack runs and before
-            anything is written.
+            `gradkit.errors.StateMismatchError`), a bad `preprocessing`. All are raised before any
+            attack runs and before anything is written.
         TypeError: arguments of the wrong type.
 
     References:
@@ -163,8 +177,10 @@ def evaluate(
         options.update(norm=norm, clip_values=clip_values, batch_size=batch_size, seed=seed)
         options.update(n_queries=n_queries, steps=steps, verbose=verbose, certify=certify)
         options.update(check_convergence=check_convergence)
+        model = preprocessed(model, preprocessing)  # a stream's rows: the model's input shape
         return evaluate_stream(model, x, y, suite=suite, state_path=state_path, **options)
     _versions.check_version(version, attacks, eot_iter)  # before any work: no forward pass yet
+    model = preprocessed(model, preprocessing, row_shape(x))  # the model of pixels, attacked below
     x, labels, classes = _plan.check_data(model, x, y)
     surrogate = check_surrogate(surrogate, model, x)
     config = _plan.check_config(

@@ -32,6 +32,10 @@ from gradkit.gradients._model_io import check_model
 from gradkit.gradients._model_io import check_x
 from gradkit.gradients._model_io import input_names
 from gradkit.gradients._outputs import n_outputs
+from gradkit.gradients._preprocessing import affine_of
+from gradkit.gradients._preprocessing import check_preprocessing
+from gradkit.gradients._preprocessing import preprocessed
+from gradkit.gradients._preprocessing import row_shape
 from gradkit.gradients._surrogate import check_surrogate
 from gradkit.gradients._outputs import output_index
 from gradkit.gradients._outputs import output_shape
@@ -47,6 +51,7 @@ __all__ = [
     "LossSpec",
     "WeightGradient",
     "WeightedEnsemble",
+    "affine_of",
     "as_ensemble",
     "cached",
     "check_attack_loss",
@@ -55,6 +60,7 @@ __all__ = [
     "check_sample_weight",
     "check_surrogate",
     "check_model",
+    "check_preprocessing",
     "classes_from_outputs",
     "compiled_spec",
     "from_torch",
@@ -71,7 +77,9 @@ __all__ = [
     "outputs_are_logits",
     "predict_batched",
     "predict_classes",
+    "preprocessed",
     "resolve_loss",
+    "row_shape",
     "select_output",
     "training_kwargs",
     "weight_gradients",
