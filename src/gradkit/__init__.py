@@ -64,7 +64,25 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
+# the subpackages, imported on first use as `gradkit.attacks` (as after `import gradkit.attacks`)
+_SUBPACKAGES = (
+    "attacks",
+    "backend",
+    "boosting",
+    "certificates",
+    "errors",
+    "evaluation",
+    "gradients",
+    "monitor",
+    "plotting",
+    "study",
+    "training",
+)
+
+
 def __getattr__(name):
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"gradkit.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'gradkit' has no attribute {name!r}")

@@ -74,6 +74,14 @@ def test_top_level_names_are_pinned_and_resolve():
         gradkit.nope  # noqa: B018
 
 
+def test_subpackages_are_attributes_after_import_gradkit():
+    """`gradkit.attacks.decide` works after `import gradkit` alone: each subpackage is imported on first
+    use (the call of `__getattr__` is what a fresh `import gradkit` meets)."""
+    for name in gradkit._SUBPACKAGES:
+        assert gradkit.__getattr__(name) is importlib.import_module(f"gradkit.{name}")
+    assert set(gradkit._SUBPACKAGES) >= {p.split(".")[1] for p in PACKAGES}
+
+
 @pytest.mark.parametrize("package", sorted(PACKAGES))
 def test_subpackage_exports_are_pinned(package):
     module = importlib.import_module(package)
