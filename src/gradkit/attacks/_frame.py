@@ -147,17 +147,110 @@ def _leaf_names(x):
     return ["x"]
 
 
+def check_clip(clip_values, name="clip_values"):
+    """None, `(min, max)` floats (`_checks.check_clip_values`), or per-feature bounds: `(lo, hi)` as
+    float32 arrays (either may be a scalar) broadcastable to each other, finite, with lo <= hi; their
+    shape is checked against the input's in the frame (`box`)."""
+    if clip_values is None:
+        return None
+    try:
+        lo, hi = clip_values
+    except (TypeError, ValueError):
+        return _checks.check_clip_values(clip_values, name)
+    if np.ndim(lo) == 0 and np.ndim(hi) == 0:
+        return _checks.check_clip_values(clip_values, name)
+    expected = "a pair (lo, hi) of finite arrays broadcastable to one input's shape, with lo <= hi"
+    try:
+        lo, hi = np.broadcast_arrays(np.asarray(lo, np.float32), np.asarray(hi, np.float32))
+    except (TypeError, ValueError):
+        _checks.fail(name, expected, clip_values)
+    if not (np.isfinite(lo).all() and np.isfinite(hi).all()) or (lo > hi).any():
+        _checks.fail(name, expected, clip_values)
+    return lo, hi
+
+
+def check_eps(eps, norm, name="eps"):
+    """`eps` as a float >= 0 (`_checks.check_eps`), or for Linf per feature: a finite float32 array
+    >= 0 broadcastable to one input's shape. ValueError for an array with another norm."""
+    if np.ndim(eps) == 0:
+        return _checks.check_eps(eps, name)
+    if norm != np.inf:
+        raise ValueError(
+            f"`{name}` as an array (a per-feature budget) needs norm=np.inf: an L2 or L1 ball has one "
+            f"radius. Received: {name} of shape {np.shape(eps)} with norm={norm!r}"
+        )
+    try:
+        values = np.asarray(eps, np.float32)
+    except (TypeError, ValueError):
+        _checks.fail(name, "a finite number >= 0 or an array of them", eps, TypeError)
+    if not np.isfinite(values).all() or (values < 0).any():
+        _checks.fail(name, "a finite number >= 0 or an array of them (per feature, Linf)", eps)
+    return values
+
+
+def check_mask(mask, name="mask"):
+    """None, or the changeable features: an array of 0 and 1 (or bools), 1 = may change, as float32."""
+    if mask is None:
+        return None
+    try:
+        values = np.asarray(mask)
+    except (TypeError, ValueError):
+        _checks.fail(name, "None or an array of 0 and 1 (1: the feature may change)", mask, TypeError)
+    if values.dtype.kind not in "biuf" or not np.isin(values, (0, 1)).all():
+        _checks.fail(name, "None or an array of 0 and 1 (1: the feature may change)", mask)
+    return values.astype(np.float32)
+
+
+def box(clip_values, mask, x0):
+    """`(clip_values, mask)` for the checked batch `x0` `(n, ...)`: scalar bounds as given, per-feature
+    bounds and the mask broadcast to one input's shape with a leading axis of 1 (float32 `(1, ...)`);
+    ValueError where they do not broadcast. The mask's features become the clean ones' bit for bit."""
+    shape = tuple(x0.shape[1:])
+
+    def one(a, name):
+        try:
+            return np.ascontiguousarray(np.broadcast_to(a, shape)[None], np.float32)
+        except ValueError:
+            raise ValueError(
+                f"`{name}` must broadcast to one input's shape {shape}. Received: {name} of shape "
+                f"{np.shape(a)}"
+            ) from None
+
+    if clip_values is not None and np.ndim(clip_values[0]):
+        clip_values = tuple(one(a, "clip_values") for a in clip_values)
+    return clip_values, None if mask is None else one(mask, "mask")
+
+
 def check_range(x, clip_values):
     """Raises ValueError when a leaf of the validated `x` lies outside `clip_values`."""
     if clip_values is None:
         return
     lo, hi = clip_values
     for name, leaf in zip(_leaf_names(x), tree.flatten(x)):
-        if leaf.min() < lo or leaf.max() > hi:
+        if np.ndim(lo):
+            if (leaf < lo).any() or (leaf > hi).any():
+                raise ValueError(
+                    f"`x` must lie inside its per-feature clip_values (input {name!r} leaves them at "
+                    f"{int(((leaf < lo) | (leaf > hi)).sum())} values): the attack could not keep it in range"
+                )
+        elif leaf.min() < lo or leaf.max() > hi:
             raise ValueError(
                 f"`x` must lie inside clip_values={clip_values} (input {name!r} spans "
                 f"[{leaf.min()}, {leaf.max()}]): the attack could not keep it in range otherwise."
             )
+
+
+def step_function(objective, name, update, mask, **static):
+    """`objective.step_function(name, update, **static)`; with a `mask` (not None) the gradient is
+    multiplied by `fixed["mask"]` before `update` sees it, so that no direction, step or norm counts a
+    feature that may not change (their coordinates of the step are then exactly 0)."""
+    if mask is None:
+        return objective.step_function(name, update, **static)
+
+    def masked(state, aux, grad, fixed):
+        return update(state, aux, tree.map_structure(lambda g: g * fixed["mask"], grad), fixed)
+
+    return objective.step_function(name, masked, **static, mask=True)
 
 
 def predict_labels(grad, x, batch_size=None):
@@ -274,6 +367,7 @@ class Frame:
         *,
         loss,
         clip_values=None,
+        mask=None,
         batch_size=None,
         output=None,
         objective="loss_sum",
@@ -285,7 +379,7 @@ class Frame:
         y_required=None,
     ):
         self.model, self.owner = model, owner(model)
-        self.clip_values = _checks.check_clip_values(clip_values)
+        self.clip_values, self.mask = check_clip(clip_values), check_mask(mask)
         self.batch_size = _checks.check_batch_size(batch_size)
         self.targeted = _checks.check_flag(targeted, "targeted")
         if y_required and self.targeted and y is None:
@@ -304,7 +398,11 @@ class Frame:
         self.grad = gradient_for(model, loss=loss, output=output, batch_size=self.batch_size)
         if not single_input:  # the loop's objective is checked before the data, with the caller's batch
             self.objective = step_for(self.owner, self.grad, batch_size=self.batch_size, **options)
-        self.x0, self.labels, self.n = prepare(self.grad, x, y, self.clip_values, self.batch_size)
+        scalar_box = None if self.per_feature else self.clip_values  # per-feature: checked once broadcast
+        self.x0, self.labels, self.n = prepare(self.grad, x, y, scalar_box, self.batch_size)
+        if self.per_feature or self.mask is not None:
+            self.clip_values, self.mask = box(self.clip_values, self.mask, self.x0)
+            check_range(self.x0, self.clip_values)
         self.n_forwards = self.n_gradients = 0
         self.success = self.norms = None
         if single_input:
@@ -320,6 +418,19 @@ class Frame:
             raise ValueError(f"`loss` must be one of 'ce', 'dlr', 'margin'. Received: loss={loss!r}")
         classes = n_outputs(self.grad.ensemble.models[0], self.grad.output_index, self.x0)
         self.n_classes = 2 if classes == 1 else classes
+
+    @property
+    def per_feature(self):
+        """Whether the clip bounds are per-feature arrays."""
+        return self.clip_values is not None and bool(np.ndim(self.clip_values[0]))
+
+    def tensors(self):
+        """The mask as a tensor of `fixed` (`{"mask": ...}`), or {} without one."""
+        return {} if self.mask is None else {"mask": backend.to_tensor(self.mask)}
+
+    def keep_masked(self, x_adv):
+        """`x_adv` with the features the mask holds fixed set back to the clean ones (bit for bit)."""
+        return x_adv if self.mask is None else np.where(self.mask > 0, x_adv, self.x0).astype(x_adv.dtype)
 
     @property
     def data_format(self):

@@ -46,7 +46,7 @@ from keras import ops, tree
 from gradkit import _checks, backend
 from gradkit.attacks import _engine as engine
 from gradkit.attacks import geometry
-from gradkit.attacks._frame import Frame
+from gradkit.attacks._frame import Frame, check_clip, check_eps, step_function
 
 SINGLE_STEP = object()  # `eps_step` of FGSM: one step of size eps (a user's None is still rejected)
 KEEP = ("first_success", "last")
@@ -60,6 +60,7 @@ def fgsm(
     eps,
     norm=np.inf,
     clip_values=None,
+    mask=None,
     targeted=False,
     loss=None,
     batch_size=None,
@@ -121,6 +122,7 @@ def fgsm(
         steps=1,
         norm=norm,
         clip_values=clip_values,
+        mask=mask,
         targeted=targeted,
         loss=loss,
         batch_size=batch_size,
@@ -138,6 +140,7 @@ def bim(
     steps,
     norm=np.inf,
     clip_values=None,
+    mask=None,
     targeted=False,
     loss=None,
     batch_size=None,
@@ -200,6 +203,7 @@ def bim(
         steps=steps,
         norm=norm,
         clip_values=clip_values,
+        mask=mask,
         targeted=targeted,
         loss=loss,
         batch_size=batch_size,
@@ -219,6 +223,7 @@ def pgd(
     steps,
     norm=np.inf,
     clip_values=None,
+    mask=None,
     targeted=False,
     loss=None,
     batch_size=None,
@@ -268,6 +273,7 @@ def pgd(
         steps=steps,
         norm=norm,
         clip_values=clip_values,
+        mask=mask,
         targeted=targeted,
         loss=loss,
         batch_size=batch_size,
@@ -280,18 +286,19 @@ def pgd(
 
 
 def _check(eps, eps_step, steps, norm, clip_values, targeted, random_start, seed, keep, batch_size):
-    eps = _checks.check_eps(eps)
+    eps = _checks.check_eps(eps) if np.ndim(eps) == 0 else eps
+    norm = _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS)
+    eps = check_eps(eps, norm)
     if eps_step is SINGLE_STEP:
         eps_step, steps = eps, 1
     else:
         eps_step, steps = _checks.check_eps_step(eps_step), _checks.check_steps(steps)
-    norm = _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS)
     return dict(
         eps=eps,
         eps_step=eps_step,
         steps=steps,
         norm=norm,
-        clip_values=_checks.check_clip_values(clip_values),
+        clip_values=check_clip(clip_values),
         targeted=_checks.check_flag(targeted, "targeted"),
         random_start=_checks.check_flag(random_start, "random_start"),
         seed=_checks.check_seed(seed),
@@ -314,6 +321,7 @@ def projected_loop(
     loss,
     batch_size,
     output,
+    mask=None,
     random_start=False,
     seed=None,
     objective="loss_sum",
@@ -340,6 +348,7 @@ def projected_loop(
         y,
         loss=loss,
         clip_values=a["clip_values"],
+        mask=mask,
         batch_size=a["batch_size"],
         output=output,
         objective=objective,
@@ -348,13 +357,15 @@ def projected_loop(
         eot_iter=eot_iter,
         surrogate=surrogate,
     )
-    if a["eps"] == 0:
+    if not np.any(a["eps"]):
         return tree.map_structure(np.copy, frame.x0)
+    a["clip_values"], a["mask"] = frame.clip_values, frame.mask  # broadcast to one input's shape
     if frame.objective is None:
         x_adv = _on_host(frame, a)
     else:
         x_adv = _on_device(frame, a)
-    return tree.map_structure(lambda xa, x: geometry.inside(xa, x, a["eps"], a["norm"]), x_adv, frame.x0)
+    x_adv = tree.map_structure(lambda xa, x: geometry.inside(xa, x, a["eps"], a["norm"]), x_adv, frame.x0)
+    return frame.keep_masked(x_adv)
 
 
 def _update(frame, norm, targeted, track, clip):
@@ -417,9 +428,8 @@ def _start(x0, a):
     rng = np.random.RandomState(a["seed"])
 
     def draw(x):
-        return geometry.project_and_clip(
-            geometry.random_start(x, a["eps"], a["norm"], rng), x, a["eps"], a["norm"], a["clip_values"]
-        )
+        start = geometry.random_start(x, a["eps"], a["norm"], rng)
+        return geometry.project_and_clip(start, x, a["eps"], a["norm"], a["clip_values"], a["mask"])
 
     return tree.map_structure(draw, x0)
 
@@ -431,9 +441,11 @@ def _on_device(frame, a):
     track = a["keep"] == "first_success"
     objective, x0, labels = frame.objective, frame.x0, frame.labels
     x_start = _start(x0, a)
-    compiled = objective.step_function(
+    compiled = step_function(
+        objective,
         "pgd",
         _update(frame, norm, targeted, track, clip),
+        frame.mask,
         norm=norm,
         targeted=targeted,
         track=track,
@@ -441,6 +453,7 @@ def _on_device(frame, a):
     )
     lo, hi = a["clip_values"] or (0.0, 0.0)
     constants = {k: engine.scalar(v) for k, v in dict(eps=a["eps"], size=a["eps_step"], lo=lo, hi=hi).items()}
+    constants.update(frame.tensors())
     n = len(labels)
 
     def init(start, stop, pad):
@@ -477,6 +490,7 @@ def _on_host(frame, a):
     weights = np.ones(n, np.float32)
 
     def update(xa, x, g):
+        g = g if a["mask"] is None else g * a["mask"]  # no step on the features held fixed
         if norm == 1:  # the steepest step inside the box, as on the device
             lo, hi = (None, None) if clip_values is None else (clip_values[0] - xa, clip_values[1] - xa)
             moved = xa + geometry.steepest_l1(np.sign(size) * g, abs(size), lo, hi).astype(xa.dtype)
