@@ -51,7 +51,7 @@ from keras import ops
 from gradkit import _checks, backend
 from gradkit.attacks import _engine as engine
 from gradkit.attacks import geometry
-from gradkit.attacks._frame import Frame
+from gradkit.attacks._frame import Frame, step_function
 
 LOSSES = ("ce", "dlr")
 STACKED_VALUES = 1 << 24  # input values of the targets run together in APGD-T (64 MB per float32 array)
@@ -73,6 +73,7 @@ def apgd(
     n_restarts=1,
     n_target_classes=9,
     clip_values=None,
+    mask=None,
     batch_size=None,
     output=None,
     objective="loss_sum",
@@ -154,6 +155,7 @@ def apgd(
         y,
         loss=loss,
         clip_values=clip_values,
+        mask=mask,
         batch_size=batch_size,
         output=output,
         objective=objective,
@@ -182,7 +184,7 @@ def apgd(
     for group in _groups(targets, frame.n, frame.x0[0].size):
         _restarts(frame, group, n_restarts, (x_adv, success, tried), settings)
     frame.success = success
-    return geometry.inside(x_adv, frame.x0, eps, norm)
+    return frame.keep_masked(geometry.inside(x_adv, frame.x0, eps, norm))
 
 
 def _restarts(frame, group, n_restarts, results, settings):
@@ -255,19 +257,24 @@ def run(frame, x0, labels, targets, *, eps, norm, steps, rng, rho, momentum=0.75
     The evaluated rows are added to `frame.n_gradients`."""
     clip = frame.clip_values
     start = sphere_start(x0, eps, norm, np.random.default_rng(rng)) if x_init is None else x_init
-    start = geometry.project_and_clip(np.asarray(start, np.float32), x0, eps, norm, clip)
+    start = geometry.project_and_clip(np.asarray(start, np.float32), x0, eps, norm, clip, frame.mask)
     objective = frame.objective
     expectation = objective.eot_iter > 1
     static = dict(norm=norm, clip=clip is not None, expectation=expectation)
-    step = objective.step_function("apgd", update(objective, **static), **static)
+    step = step_function(objective, "apgd", update(objective, **static), frame.mask, **static)
     plain = step  # a step that is no checkpoint; where steps run eagerly, leave the rule out of it
     if backend.STEPS_RUN_EAGERLY:
-        plain = objective.step_function(
-            "apgd", update(objective, **static, checkpoint=False), **static, checkpoint=False
+        plain = step_function(
+            objective,
+            "apgd",
+            update(objective, **static, checkpoint=False),
+            frame.mask,
+            **static,
+            checkpoint=False,
         )
     lo, hi = clip or (0.0, 0.0)
     scalars = dict(eps=eps, lo=lo, hi=hi, rho=rho, momentum=momentum, freeze=float(freeze))
-    constants = {k: engine.scalar(v) for k, v in scalars.items()}
+    constants = {k: engine.scalar(v) for k, v in scalars.items()} | frame.tensors()
     (trainables, non_trainables), parts = objective.fixed(labels, targets)
     init = _init(objective, start, x0, len(labels), eps, norm, x_init is not None)
     results = []

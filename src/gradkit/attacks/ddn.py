@@ -38,6 +38,7 @@ def ddn(
     gamma=0.05,
     targeted=False,
     clip_values=None,
+    mask=None,
     batch_size=None,
     seed=0,
     output=None,
@@ -87,6 +88,7 @@ def ddn(
         y,
         loss="ce",
         clip_values=clip_values,
+        mask=mask,
         batch_size=batch_size,
         output=output,
         targeted=targeted,
@@ -105,9 +107,9 @@ def ddn(
         constants=dict(gamma=gamma),
         steps=steps,
         norm=2.0,
-        extra={"noise": _noise(x0, seed)},
+        extra={"noise": _noise(x0, seed) * (1.0 if frame.mask is None else frame.mask)},
     )
-    return x_adv
+    return frame.keep_masked(x_adv)
 
 
 def update(objective, clip, targeted):

@@ -44,7 +44,7 @@ from keras import ops
 from gradkit import _checks, backend
 from gradkit.attacks import _engine as engine
 from gradkit.attacks import geometry
-from gradkit.attacks._frame import Frame
+from gradkit.attacks._frame import Frame, step_function
 from gradkit.gradients import AttackGradient, cached
 
 RESTART_RADIUS = {np.inf: 0.3, 2.0: 1.0, 1.0: 5.0}  # AutoAttack's default eps, for [0, 1] inputs
@@ -68,6 +68,7 @@ def fab(
     eta=1.05,
     beta=0.9,
     clip_values=None,
+    mask=None,
     batch_size=None,
     seed=0,
     output=None,
@@ -135,6 +136,7 @@ def fab(
         y,
         loss="ce",
         clip_values=clip_values,
+        mask=mask,
         batch_size=batch_size,
         output=output,
         objective=objective,
@@ -158,7 +160,7 @@ def fab(
             start = x0[rows]
             if restart:
                 radius = np.minimum(best_norm[rows], RESTART_RADIUS[norm] if eps is None else eps)
-                start = _random_start(start, radius, norm, frame.clip_values, rng)
+                start = frame.keep_masked(_random_start(start, radius, norm, frame.clip_values, rng))
             adv, size = run_rows(frame, rows, start, targets, args, options)
             adv, size = adv.reshape((len(group), len(idx)) + x0.shape[1:]), size.reshape(len(group), -1)
             first, cols = size.argmin(axis=0), np.arange(len(idx))  # each point's closest target
@@ -171,7 +173,7 @@ def fab(
     frame.norms[found] = geometry.norms(best[found].astype(np.float64) - x0[found].astype(np.float64), norm)
     frame.success = ~correct | (found if eps is None else found & (frame.norms <= eps))
     x_adv = np.where((frame.success & correct).reshape((-1,) + (1,) * (x0.ndim - 1)), best, x0)
-    return x_adv.astype(np.float32)
+    return frame.keep_masked(x_adv.astype(np.float32))
 
 
 def _check(norm, eps, targeted, n_target_classes, steps, n_restarts, alpha_max, eta, beta, seed):
@@ -236,6 +238,7 @@ def run_rows(frame, idx, start, targets, args, options):
         norm=args["norm"],
         steps=args["steps"],
         bounds=frame.clip_values,
+        mask=frame.mask,
         n_rows=n_rows,
         alpha_max=args["alpha_max"],
         eta=args["eta"],
@@ -247,23 +250,44 @@ def run_rows(frame, idx, start, targets, args, options):
     return best[:m], best_norm[:m]
 
 
-def run(objective, x0, start, labels, targets, *, norm, steps, bounds, n_rows, alpha_max, eta, beta, batch):
+def run(
+    objective,
+    x0,
+    start,
+    labels,
+    targets,
+    *,
+    norm,
+    steps,
+    bounds,
+    n_rows,
+    alpha_max,
+    eta,
+    beta,
+    batch,
+    mask=None,
+):
     """One FAB run from `start` on `x0` `(m, ...)` (m a multiple of `batch`): `(best (m, ...), best_norm
     (m,))`, the smallest adversarial iterate per sample (best_norm inf where none was met).
 
     `objective` is the "logit_diff" `AttackGradient` (targeted: it reads the targets) compiled for
     `batch * n_rows` rows; `targets` `(m * n_rows,)` hold every class (`n_rows` = C) or the target.
+    Per-feature `bounds` and the `mask` are arrays `(1, ...)` (flattened here, as FAB's steps are).
     """
-    step = objective.step_function(
+    step = step_function(
+        objective,
         "fab",
         update(objective, norm, n_rows, bounds is not None),
+        mask,
         norm=norm,
         n_rows=n_rows,
         clip=bounds is not None,
     )
-    lo, hi = bounds or (0.0, 0.0)
+    lo, hi = (np.reshape(b, (1, -1)) if np.ndim(b) else b for b in bounds or (0.0, 0.0))
     scalars = dict(lo=lo, hi=hi, alpha_max=alpha_max, eta=eta, beta=beta)
     constants = {k: engine.scalar(v) for k, v in scalars.items()}
+    if mask is not None:  # the gradient is masked in x's shape
+        constants["mask"] = backend.to_tensor(mask)
     variables, parts = objective.fixed(np.repeat(labels, n_rows), targets)
     flat = math.prod(x0.shape[1:])
     best, best_norm = [], []

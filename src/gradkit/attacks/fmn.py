@@ -52,6 +52,7 @@ def fmn(
     starting_points=None,
     binary_search_steps=10,
     clip_values=None,
+    mask=None,
     batch_size=None,
     seed=0,
     output=None,
@@ -108,6 +109,7 @@ def fmn(
         y,
         loss="margin",
         clip_values=clip_values,
+        mask=mask,
         batch_size=batch_size,
         output=output,
         targeted=targeted,
@@ -133,7 +135,7 @@ def fmn(
         steps=steps,
         norm=norm,
     )
-    return x_adv
+    return frame.keep_masked(x_adv)
 
 
 def refuse_eps(name, options):
@@ -232,6 +234,7 @@ def boundary_start(frame, starting_points, norm, steps):
     """
     objective, x0, labels, targeted = frame.objective, frame.x0, frame.labels, frame.targeted
     x1, _ = check_x(objective.ensemble.models[0], starting_points)
+    x1 = frame.keep_masked(x1) if x1.shape == x0.shape else x1  # the fixed features are the clean ones
     if x1.shape != x0.shape:
         raise ValueError(f"`starting_points` must be shaped like `x` {x0.shape}. Received: shape {x1.shape}")
 
