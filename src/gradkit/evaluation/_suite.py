@@ -34,6 +34,7 @@ def evaluate(
     state_path=None,
     verbose=1,
     certify=None,
+    mask=None,
 ):
     """Robust accuracy under a cascade of attacks: one of AutoAttack's versions, or your own list.
 
@@ -82,7 +83,9 @@ def evaluate(
             the real model's (straight-through logits: the model's values, the surrogate's gradient).
             For a model with a non-differentiable step (rounding, quantization), the model with that
             step replaced by the identity.
-        clip_values: `(min, max)` input range, or None (default) for none.
+        clip_values: `(min, max)` input range, or None (default) for none; or per feature `(lo, hi)`
+            arrays broadcastable to one input's shape (the result reports their envelope `(min lo,
+            max hi)`; a callable attack is checked against that envelope).
         batch_size: rows per compiled call and per progress step, or None (default: all at once).
         seed: int >= 0 or None; the random starts and searches. Defaults to 0. The points are cut into
             blocks of `batch_size` consecutive rows and an attack call on block j's remaining points
@@ -104,6 +107,8 @@ def evaluate(
             certificate of its own prediction, `gradkit.vote_certificate`), giving the result's
             `certified`, `certified_accuracy` (a lower bound beside `robust_accuracy`, the upper
             bound) and the flag `certificate_contradicted` for a certified point an attack broke.
+        mask: None (default) or a 0/1 array broadcastable to one input's shape: 1 where a feature may
+            change; every attack keeps the others bit-identical (not with `certify`).
 
     Returns:
         `Evaluation`: accuracies, the per-sample `robust`, `broken_by` and `x_adv`, the per-attack
@@ -150,8 +155,9 @@ def evaluate(
         verbose=verbose,
         certify=certify,
         inputs=_scale.inputs(model, x, classes),
+        mask=mask,
     )
-    _plan.check_range(x, config.clip_values)
+    _plan.check_range(x, config.box or config.clip_values, config.mask)
     state_path = _state.check_path(state_path)
     fp = _state.fingerprint(model, x, labels, config) if state_path else None
     state = _state.load(state_path, fp) if state_path else None
