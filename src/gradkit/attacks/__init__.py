@@ -30,6 +30,9 @@ from gradkit.attacks.geometry import default_eps_step
 from gradkit.attacks.geometry import direction_tensor
 from gradkit.attacks.geometry import per_sample_norm_tensor
 from gradkit.attacks.geometry import project_and_clip_tensor
+from gradkit.attacks._frame import broadcast_box
+from gradkit.attacks._frame import check_clip
+from gradkit.attacks._frame import check_mask
 from gradkit.attacks._frame import check_single_input
 from gradkit.attacks._frame import gradient_for
 from gradkit.attacks._frame import predict_labels
@@ -58,6 +61,9 @@ __all__ = [
     "fab",
     "fgsm",
     "fmn",
+    "broadcast_box",
+    "check_clip",
+    "check_mask",
     "check_single_input",
     "gradient_for",
     "is_ensemble",

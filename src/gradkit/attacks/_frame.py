@@ -201,7 +201,7 @@ def check_mask(mask, name="mask"):
     return values.astype(np.float32)
 
 
-def box(clip_values, mask, x0):
+def broadcast_box(clip_values, mask, x0):
     """`(clip_values, mask)` for the checked batch `x0` `(n, ...)`: scalar bounds as given, per-feature
     bounds and the mask broadcast to one input's shape with a leading axis of 1 (float32 `(1, ...)`);
     ValueError where they do not broadcast. The mask's features become the clean ones' bit for bit."""
@@ -401,7 +401,7 @@ class Frame:
         scalar_box = None if self.per_feature else self.clip_values  # per-feature: checked once broadcast
         self.x0, self.labels, self.n = prepare(self.grad, x, y, scalar_box, self.batch_size)
         if self.per_feature or self.mask is not None:
-            self.clip_values, self.mask = box(self.clip_values, self.mask, self.x0)
+            self.clip_values, self.mask = broadcast_box(self.clip_values, self.mask, self.x0)
             check_range(self.x0, self.clip_values)
         self.n_forwards = self.n_gradients = 0
         self.success = self.norms = None

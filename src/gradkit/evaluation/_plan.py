@@ -7,8 +7,15 @@ from collections.abc import Callable
 import numpy as np
 
 from gradkit import _checks
-from gradkit.attacks import NAMES, TABLE, check_single_input, is_ensemble
-from gradkit.attacks._frame import box, check_clip, check_mask
+from gradkit.attacks import (
+    NAMES,
+    TABLE,
+    broadcast_box,
+    check_clip,
+    check_mask,
+    check_single_input,
+    is_ensemble,
+)
 from gradkit.evaluation import _certified, _versions
 from gradkit.evaluation._single import check_single
 from gradkit.gradients import (
@@ -249,7 +256,7 @@ def check_range(x, clip_values, mask=None):
     """ValueError when `x` lies outside `clip_values` (the attacks could not keep it in range), or
     per-feature bounds or the mask do not broadcast to one input's shape."""
     if clip_values is not None and np.ndim(clip_values[0]) or mask is not None:
-        clip_values, _ = box(clip_values, mask, x)
+        clip_values, _ = broadcast_box(clip_values, mask, x)
         if clip_values is not None and (np.any(x < clip_values[0]) or np.any(x > clip_values[1])):
             _checks.fail("x", "inside its per-feature clip_values", f"array of shape {x.shape}")
     elif clip_values is not None and (x.min() < clip_values[0] or x.max() > clip_values[1]):
