@@ -17,6 +17,7 @@ import numpy as np
 from keras import tree
 
 from gradkit import _checks, _keras_internals, backend
+from gradkit.attacks import _inputs
 from gradkit.gradients import (
     AttackGradient,
     InputGradient,
@@ -368,6 +369,7 @@ class Frame:
         loss,
         clip_values=None,
         mask=None,
+        attack_inputs=None,
         batch_size=None,
         output=None,
         objective="loss_sum",
@@ -378,6 +380,22 @@ class Frame:
         single_input=None,
         y_required=None,
     ):
+        self.inputs = None
+        if single_input and _inputs.is_several(model, x):  # one flat row of the inputs, cut back at the end
+            self.inputs = _inputs.FlatInputs(
+                model, x, attack_inputs=attack_inputs, clip_values=clip_values, mask=mask
+            )
+            model, x, clip_values, mask = (
+                self.inputs.model,
+                self.inputs.x,
+                self.inputs.clip_values,
+                self.inputs.mask,
+            )
+        elif attack_inputs is not None:
+            raise ValueError(
+                "`attack_inputs` names inputs of a model of several inputs, given as a list or dict `x`. "
+                f"Received: attack_inputs={attack_inputs!r} with x of type {type(x).__name__}"
+            )
         self.model, self.owner = model, owner(model)
         self.clip_values, self.mask = check_clip(clip_values), check_mask(mask)
         self.batch_size = _checks.check_batch_size(batch_size)
@@ -428,9 +446,17 @@ class Frame:
         """The mask as a tensor of `fixed` (`{"mask": ...}`), or {} without one."""
         return {} if self.mask is None else {"mask": backend.to_tensor(self.mask)}
 
-    def keep_masked(self, x_adv):
-        """`x_adv` with the features the mask holds fixed set back to the clean ones (bit for bit)."""
-        return x_adv if self.mask is None else np.where(self.mask > 0, x_adv, self.x0).astype(x_adv.dtype)
+    def keep_masked(self, x_adv, x0=None):
+        """`x_adv` with the features the mask holds fixed set back to the clean ones `x0` (default: the
+        frame's), bit for bit."""
+        x0 = self.x0 if x0 is None else x0
+        return x_adv if self.mask is None else np.where(self.mask > 0, x_adv, x0).astype(x_adv.dtype)
+
+    def finish(self, x_adv):
+        """The attack's result: `keep_masked(x_adv)` in the user's structure of inputs (a model of
+        several inputs: `FlatInputs.unflatten`)."""
+        x_adv = self.keep_masked(x_adv)
+        return x_adv if self.inputs is None else self.inputs.unflatten(x_adv)
 
     @property
     def data_format(self):

@@ -74,6 +74,7 @@ def apgd(
     n_target_classes=9,
     clip_values=None,
     mask=None,
+    attack_inputs=None,
     batch_size=None,
     output=None,
     objective="loss_sum",
@@ -156,6 +157,7 @@ def apgd(
         loss=loss,
         clip_values=clip_values,
         mask=mask,
+        attack_inputs=attack_inputs,
         batch_size=batch_size,
         output=output,
         objective=objective,
@@ -172,7 +174,7 @@ def apgd(
     x_adv, success = frame.x0.copy(), np.zeros(frame.n, bool)
     if eps == 0:
         frame.success = frame.predict(x_adv) != frame.labels
-        return x_adv
+        return frame.finish(x_adv)
     targets = [None]
     if frame.targeted:
         ranks = frame.top_classes(min(n_target_classes, frame.n_classes - 1))  # never the label
@@ -184,7 +186,7 @@ def apgd(
     for group in _groups(targets, frame.n, frame.x0[0].size):
         _restarts(frame, group, n_restarts, (x_adv, success, tried), settings)
     frame.success = success
-    return frame.keep_masked(geometry.inside(x_adv, frame.x0, eps, norm))
+    return frame.finish(geometry.inside(x_adv, frame.x0, eps, norm))
 
 
 def _restarts(frame, group, n_restarts, results, settings):

@@ -39,6 +39,7 @@ def ddn(
     targeted=False,
     clip_values=None,
     mask=None,
+    attack_inputs=None,
     batch_size=None,
     seed=0,
     output=None,
@@ -89,6 +90,7 @@ def ddn(
         loss="ce",
         clip_values=clip_values,
         mask=mask,
+        attack_inputs=attack_inputs,
         batch_size=batch_size,
         output=output,
         targeted=targeted,
@@ -109,7 +111,7 @@ def ddn(
         norm=2.0,
         extra={"noise": _noise(x0, seed) * (1.0 if frame.mask is None else frame.mask)},
     )
-    return frame.keep_masked(x_adv)
+    return frame.finish(x_adv)
 
 
 def update(objective, clip, targeted):

@@ -69,6 +69,7 @@ def fab(
     beta=0.9,
     clip_values=None,
     mask=None,
+    attack_inputs=None,
     batch_size=None,
     seed=0,
     output=None,
@@ -137,6 +138,7 @@ def fab(
         loss="ce",
         clip_values=clip_values,
         mask=mask,
+        attack_inputs=attack_inputs,
         batch_size=batch_size,
         output=output,
         objective=objective,
@@ -160,7 +162,7 @@ def fab(
             start = x0[rows]
             if restart:
                 radius = np.minimum(best_norm[rows], RESTART_RADIUS[norm] if eps is None else eps)
-                start = frame.keep_masked(_random_start(start, radius, norm, frame.clip_values, rng))
+                start = frame.keep_masked(_random_start(start, radius, norm, frame.clip_values, rng), start)
             adv, size = run_rows(frame, rows, start, targets, args, options)
             adv, size = adv.reshape((len(group), len(idx)) + x0.shape[1:]), size.reshape(len(group), -1)
             first, cols = size.argmin(axis=0), np.arange(len(idx))  # each point's closest target
@@ -173,7 +175,7 @@ def fab(
     frame.norms[found] = geometry.norms(best[found].astype(np.float64) - x0[found].astype(np.float64), norm)
     frame.success = ~correct | (found if eps is None else found & (frame.norms <= eps))
     x_adv = np.where((frame.success & correct).reshape((-1,) + (1,) * (x0.ndim - 1)), best, x0)
-    return frame.keep_masked(x_adv.astype(np.float32))
+    return frame.finish(x_adv.astype(np.float32))
 
 
 def _check(norm, eps, targeted, n_target_classes, steps, n_restarts, alpha_max, eta, beta, seed):

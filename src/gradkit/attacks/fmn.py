@@ -53,6 +53,7 @@ def fmn(
     binary_search_steps=10,
     clip_values=None,
     mask=None,
+    attack_inputs=None,
     batch_size=None,
     seed=0,
     output=None,
@@ -110,6 +111,7 @@ def fmn(
         loss="margin",
         clip_values=clip_values,
         mask=mask,
+        attack_inputs=attack_inputs,
         batch_size=batch_size,
         output=output,
         targeted=targeted,
@@ -135,7 +137,7 @@ def fmn(
         steps=steps,
         norm=norm,
     )
-    return frame.keep_masked(x_adv)
+    return frame.finish(x_adv)
 
 
 def refuse_eps(name, options):
@@ -233,6 +235,8 @@ def boundary_start(frame, starting_points, norm, steps):
         ValueError: `starting_points` misshaped or not all adversarial (before the loop).
     """
     objective, x0, labels, targeted = frame.objective, frame.x0, frame.labels, frame.targeted
+    if frame.inputs is not None:  # several inputs: their flat rows
+        starting_points = frame.inputs.flatten(starting_points)
     x1, _ = check_x(objective.ensemble.models[0], starting_points)
     x1 = frame.keep_masked(x1) if x1.shape == x0.shape else x1  # the fixed features are the clean ones
     if x1.shape != x0.shape:

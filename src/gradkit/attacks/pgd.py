@@ -45,7 +45,7 @@ from keras import ops, tree
 
 from gradkit import _checks, backend
 from gradkit.attacks import _engine as engine
-from gradkit.attacks import geometry
+from gradkit.attacks import _inputs, geometry
 from gradkit.attacks._frame import Frame, check_clip, check_eps, step_function
 
 SINGLE_STEP = object()  # `eps_step` of FGSM: one step of size eps (a user's None is still rejected)
@@ -61,6 +61,7 @@ def fgsm(
     norm=np.inf,
     clip_values=None,
     mask=None,
+    attack_inputs=None,
     targeted=False,
     loss=None,
     batch_size=None,
@@ -123,6 +124,7 @@ def fgsm(
         norm=norm,
         clip_values=clip_values,
         mask=mask,
+        attack_inputs=attack_inputs,
         targeted=targeted,
         loss=loss,
         batch_size=batch_size,
@@ -141,6 +143,7 @@ def bim(
     norm=np.inf,
     clip_values=None,
     mask=None,
+    attack_inputs=None,
     targeted=False,
     loss=None,
     batch_size=None,
@@ -204,6 +207,7 @@ def bim(
         norm=norm,
         clip_values=clip_values,
         mask=mask,
+        attack_inputs=attack_inputs,
         targeted=targeted,
         loss=loss,
         batch_size=batch_size,
@@ -224,6 +228,7 @@ def pgd(
     norm=np.inf,
     clip_values=None,
     mask=None,
+    attack_inputs=None,
     targeted=False,
     loss=None,
     batch_size=None,
@@ -274,6 +279,7 @@ def pgd(
         norm=norm,
         clip_values=clip_values,
         mask=mask,
+        attack_inputs=attack_inputs,
         targeted=targeted,
         loss=loss,
         batch_size=batch_size,
@@ -329,12 +335,19 @@ def projected_loop(
     temperature=1.0,
     eot_iter=1,
     surrogate=None,
+    attack_inputs=None,
 ):
     """Validates every argument, then runs the projected gradient loop (see the module docstring).
 
     `eps_step=SINGLE_STEP` means one step of size `eps` (FGSM). Returns arrays shaped like `x`, in its
-    structure, with the model's input dtype.
+    structure, with the model's input dtype. Several inputs with `attack_inputs`, a mask, per-feature or
+    per-input bounds or per-input eps are attacked as one flat row (`_inputs.FlatInputs`).
     """
+    flat = None
+    if _inputs.is_several(model, x) and _per_input(eps, clip_values, mask, attack_inputs):
+        flat = _inputs.FlatInputs(model, x, attack_inputs=attack_inputs, clip_values=clip_values, mask=mask)
+        model, x, clip_values, mask = flat.model, flat.x, flat.clip_values, flat.mask
+        eps = flat.eps(eps, _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS))
     a = _check(eps, eps_step, steps, norm, clip_values, targeted, random_start, seed, keep, batch_size)
     if a["targeted"] and y is None:
         raise ValueError("`y` (the target classes) is required when targeted=True. Received: y=None")
@@ -356,16 +369,30 @@ def projected_loop(
         temperature=temperature,
         eot_iter=eot_iter,
         surrogate=surrogate,
+        attack_inputs=None if flat else attack_inputs,
     )
+    frame.inputs = flat
     if not np.any(a["eps"]):
-        return tree.map_structure(np.copy, frame.x0)
+        return frame.finish(tree.map_structure(np.copy, frame.x0))
     a["clip_values"], a["mask"] = frame.clip_values, frame.mask  # broadcast to one input's shape
     if frame.objective is None:
         x_adv = _on_host(frame, a)
     else:
         x_adv = _on_device(frame, a)
     x_adv = tree.map_structure(lambda xa, x: geometry.inside(xa, x, a["eps"], a["norm"]), x_adv, frame.x0)
-    return frame.keep_masked(x_adv)
+    return frame.finish(x_adv)
+
+
+def _per_input(eps, clip_values, mask, attack_inputs):
+    """Whether several inputs need the flat row: input names, a mask, per-input or per-feature values."""
+    if (
+        attack_inputs is not None
+        or mask is not None
+        or isinstance(eps, dict)
+        or isinstance(clip_values, dict)
+    ):
+        return True
+    return isinstance(clip_values, (tuple, list)) and any(np.ndim(b) for b in clip_values)
 
 
 def _update(frame, norm, targeted, track, clip):

@@ -67,6 +67,7 @@ def square(
     seed=None,
     data_format=None,
     mask=None,
+    attack_inputs=None,
 ):
     """The Square Attack (Andriushchenko et al. 2020): random search with square-shaped updates.
 
@@ -121,6 +122,7 @@ def square(
         loss="margin",
         clip_values=clip_values,
         mask=mask,
+        attack_inputs=attack_inputs,
         batch_size=batch_size,
         output=output,
         objective=objective,
@@ -129,9 +131,8 @@ def square(
     )
     layout = _layout(frame, data_format)
     if eps == 0:
-        x_adv = frame.x0.copy()
-        frame.success = frame.predict(x_adv) != frame.labels
-        return x_adv
+        frame.success = frame.predict(frame.x0) != frame.labels
+        return frame.finish(frame.x0.copy())
     targets = frame.labels if frame.targeted else None
     x_adv, frame.success, _ = run(
         frame,
@@ -145,7 +146,7 @@ def square(
         rng=np.random.default_rng(seed),
         layout=layout,
     )
-    return frame.keep_masked(geometry.inside(x_adv, frame.x0, eps, norm))
+    return frame.finish(geometry.inside(x_adv, frame.x0, eps, norm))
 
 
 def _layout(frame, data_format):
