@@ -38,7 +38,7 @@ PACKAGES = {
         "AttackResult", "apgd", "bim", "ddn", "decide", "default_eps_step", "fab", "fgsm", "fmn",
         "gradient_for", "is_ensemble", "pgd", "predict_labels", "prepare", "run_attack", "square",
         "MIN_NORM_NAMES", "TABLE", "recording", "check_single_input", "broadcast_box", "check_clip",
-        "check_mask",
+        "check_mask", "FlatInputs", "is_several",
     ],
     "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "describe", "load"],
     "gradkit.certificates": [

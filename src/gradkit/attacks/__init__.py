@@ -30,6 +30,8 @@ from gradkit.attacks.geometry import default_eps_step
 from gradkit.attacks.geometry import direction_tensor
 from gradkit.attacks.geometry import per_sample_norm_tensor
 from gradkit.attacks.geometry import project_and_clip_tensor
+from gradkit.attacks._inputs import FlatInputs
+from gradkit.attacks._inputs import is_several
 from gradkit.attacks._frame import broadcast_box
 from gradkit.attacks._frame import check_clip
 from gradkit.attacks._frame import check_mask
@@ -61,7 +63,9 @@ __all__ = [
     "fab",
     "fgsm",
     "fmn",
+    "FlatInputs",
     "broadcast_box",
+    "is_several",
     "check_clip",
     "check_mask",
     "check_single_input",

@@ -35,6 +35,7 @@ def evaluate(
     verbose=1,
     certify=None,
     mask=None,
+    attack_inputs=None,
 ):
     """Robust accuracy under a cascade of attacks: one of AutoAttack's versions, or your own list.
 
@@ -108,7 +109,14 @@ def evaluate(
             `certified`, `certified_accuracy` (a lower bound beside `robust_accuracy`, the upper
             bound) and the flag `certificate_contradicted` for a certified point an attack broke.
         mask: None (default) or a 0/1 array broadcastable to one input's shape: 1 where a feature may
-            change; every attack keeps the others bit-identical (not with `certify`).
+            change; every attack keeps the others bit-identical (not with `certify`). Several inputs:
+            a dict `{name: mask}`.
+        attack_inputs: None (default: every input) or the names of the inputs of a model of several
+            inputs that the attacks may change; the others are held fixed. `x` is then a list (in
+            `model.inputs` order) or a dict of arrays, `clip_values` one pair or a dict `{name: (lo,
+            hi)}`; the inputs are attacked as one flat row (`gradkit.attacks.FlatInputs`: Linf is each
+            input's own eps-ball, L2 and L1 one ball over the attacked inputs together), and `x_adv` comes
+            back in `x`'s structure.
 
     Returns:
         `Evaluation`: accuracies, the per-sample `robust`, `broken_by` and `x_adv`, the per-attack
@@ -136,6 +144,15 @@ def evaluate(
         ICML, https://arxiv.org/abs/2103.01208 (the L1 standard version: sec. 4)
     """
     _versions.check_version(version, attacks, eot_iter)  # before any work: no forward pass yet
+    flat = None
+    if registry.is_several(model, x):  # several inputs: one flat row of them (attacks.FlatInputs)
+        flat = registry.FlatInputs(model, x, attack_inputs=attack_inputs, clip_values=clip_values, mask=mask)
+        model, x, clip_values, mask = flat.model, flat.x, flat.clip_values, flat.mask
+    elif attack_inputs is not None:
+        raise ValueError(
+            "`attack_inputs` names inputs of a model of several inputs, given as a list or dict `x`. "
+            f"Received: attack_inputs={attack_inputs!r} with x of type {type(x).__name__}"
+        )
     x, labels, classes = _plan.check_data(model, x, y)
     surrogate = check_surrogate(surrogate, model, x)
     config = _plan.check_config(
@@ -176,6 +193,8 @@ def evaluate(
         certified=certified,
     )
     result.points = points_digest(x, labels)
+    if flat is not None:
+        result.x_adv = flat.unflatten(result.x_adv)
     return result
 
 
