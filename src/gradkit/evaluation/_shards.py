@@ -171,12 +171,14 @@ def evaluate_shard(
     verbose=1,
     tasks=None,
     certify=None,
+    mask=None,
+    attack_inputs=None,
 ):
     """`gradkit.evaluate`'s cascade at every eps of `epsilons` on the rows `rows` of `x`.
 
     Args:
         model, x, y, norm, version, attacks, eot_iter, clip_values, seed, n_queries, steps, verbose,
-            certify: as
+            certify, mask, attack_inputs: as
             for `gradkit.evaluate` (callables in `attacks` and a `surrogate` are not supported here).
         epsilons: float >= 0 or a strictly increasing list of them; each eps attacks only the points
             every smaller one left robust.
@@ -195,6 +197,7 @@ def evaluate_shard(
         ValueError, TypeError: as `gradkit.evaluate`, for bad `epsilons` or `rows`; before any work.
     """
     _versions.check_version(version, attacks, eot_iter)
+    _, model, x, clip_values, mask = _suite.flat_inputs(model, x, attack_inputs, clip_values, mask)
     x, labels, classes = _plan.check_data(model, x, y)
     epsilons = _epsilons(epsilons)
     config = _plan.check_config(
@@ -213,10 +216,11 @@ def evaluate_shard(
         verbose=verbose,
         inputs=_scale.inputs(model, x, classes),
         certify=certify,
+        mask=mask,
     )
     if any(e.fn is not None for e in config.entries):
         _checks.fail("attacks", "registry attack names (a shard is saved and merged by name)", attacks)
-    _plan.check_range(x, config.clip_values)
+    _plan.check_range(x, config.box or config.clip_values, config.mask)
     block = config.batch_size or len(x)
     start, stop = _rows(rows, len(x), block)
     settings = _settings(model, x, labels, config, epsilons)

@@ -144,15 +144,7 @@ def evaluate(
         ICML, https://arxiv.org/abs/2103.01208 (the L1 standard version: sec. 4)
     """
     _versions.check_version(version, attacks, eot_iter)  # before any work: no forward pass yet
-    flat = None
-    if registry.is_several(model, x):  # several inputs: one flat row of them (attacks.FlatInputs)
-        flat = registry.FlatInputs(model, x, attack_inputs=attack_inputs, clip_values=clip_values, mask=mask)
-        model, x, clip_values, mask = flat.model, flat.x, flat.clip_values, flat.mask
-    elif attack_inputs is not None:
-        raise ValueError(
-            "`attack_inputs` names inputs of a model of several inputs, given as a list or dict `x`. "
-            f"Received: attack_inputs={attack_inputs!r} with x of type {type(x).__name__}"
-        )
+    flat, model, x, clip_values, mask = flat_inputs(model, x, attack_inputs, clip_values, mask)
     x, labels, classes = _plan.check_data(model, x, y)
     surrogate = check_surrogate(surrogate, model, x)
     config = _plan.check_config(
@@ -196,6 +188,20 @@ def evaluate(
     if flat is not None:
         result.x_adv = flat.unflatten(result.x_adv)
     return result
+
+
+def flat_inputs(model, x, attack_inputs, clip_values, mask):
+    """`(flat, model, x, clip_values, mask)`: for a model of several inputs given as a list or dict `x`,
+    its `gradkit.attacks.FlatInputs` and the flat problem; else None and the arguments as given."""
+    if registry.is_several(model, x):
+        flat = registry.FlatInputs(model, x, attack_inputs=attack_inputs, clip_values=clip_values, mask=mask)
+        return flat, flat.model, flat.x, flat.clip_values, flat.mask
+    if attack_inputs is not None:
+        raise ValueError(
+            "`attack_inputs` names inputs of a model of several inputs, given as a list or dict `x`. "
+            f"Received: attack_inputs={attack_inputs!r} with x of type {type(x).__name__}"
+        )
+    return None, model, x, clip_values, mask
 
 
 def cascade(
