@@ -6,6 +6,7 @@ import keras
 import numpy as np
 
 from gradkit import _checks, backend
+from gradkit.attacks import broadcast_box, check_clip, check_mask
 from gradkit.certificates import _graph, crown, ibp
 from gradkit.gradients import cached
 
@@ -45,13 +46,17 @@ class Certificate:
         )
 
 
-def _check(model, x, eps, norm, method, clip_values, batch_size):
+def _check(model, x, eps, norm, method, clip_values, batch_size, mask=None):
     if not isinstance(model, keras.Model):
         _checks.fail("model", "a Keras model", type(model).__name__, TypeError)
     method = _checks.check_choice(method, "method", METHODS)
     norm = _checks.check_norm(norm)
     eps = _checks.check_eps(eps)
-    clip_values = _checks.check_clip_values(clip_values)
+    clip_values, mask = check_clip(clip_values), check_mask(mask)
+    if mask is not None and norm != np.inf:
+        _checks.fail(
+            "mask", "None for norm='l2' (a mask of the L2 ball is not bounded here; use linf)", "an array"
+        )
     batch_size = None if batch_size is None else _checks.check_batch_size(batch_size)
     plan = cached(model, "certify-plan", lambda: _graph.plan(model))
     x = np.asarray(x, dtype=np.float32) if not isinstance(x, np.ndarray) else x.astype(np.float32, copy=False)
@@ -59,9 +64,13 @@ def _check(model, x, eps, norm, method, clip_values, batch_size):
         _checks.fail("x", f"an array of shape (n, {', '.join(map(str, plan.shapes[plan.input]))})", x.shape)
     if not np.all(np.isfinite(x)):
         _checks.fail("x", "finite values", "an array with NaN or inf")
-    if clip_values is not None and (x.min() < clip_values[0] or x.max() > clip_values[1]):
+    if clip_values is not None and np.ndim(clip_values[0]) or mask is not None:  # per feature, or a mask
+        clip_values, mask = broadcast_box(clip_values, mask, x)
+        if clip_values is not None and (np.any(x < clip_values[0]) or np.any(x > clip_values[1])):
+            _checks.fail("x", "values inside their per-feature clip_values", f"array of shape {x.shape}")
+    elif clip_values is not None and (x.min() < clip_values[0] or x.max() > clip_values[1]):
         _checks.fail("x", f"values inside clip_values {clip_values}", f"range [{x.min():g}, {x.max():g}]")
-    return plan, x, eps, norm, method, clip_values, batch_size
+    return plan, x, eps, norm, method, clip_values, batch_size, mask
 
 
 def _labels(y, n, n_classes):
@@ -86,12 +95,19 @@ def _spec(labels, n_classes):
     return eye[labels][:, None, :] - eye[None]
 
 
-def _box(x, eps, norm, clip_values):
-    """`(x0, xl, xu, eps)` flat float32 arrays: the point, the box part of its set, the radius."""
+def _box(x, eps, norm, clip_values, mask=None):
+    """`(x0, xl, xu, eps)` flat float32 arrays: the point, the box part of its set, the radius. Bounds
+    may be per feature (arrays `(1, ...)`); the features `mask` (None, or 0/1 `(1, ...)`) holds fixed
+    have `xl = xu = x0` (Linf)."""
     x0 = x.reshape(len(x), int(np.prod(x.shape[1:])))
     xl, xu = x0 - eps, x0 + eps
+    if clip_values is not None and np.ndim(clip_values[0]):
+        clip_values = tuple(np.reshape(b, (1, -1)) for b in clip_values)
     if clip_values is not None:
         xl, xu = np.maximum(xl, clip_values[0]), np.minimum(xu, clip_values[1])
+    if mask is not None:
+        fixed = np.reshape(mask, (1, -1)) == 0
+        xl, xu = np.where(fixed, x0, xl), np.where(fixed, x0, xu)
     return x0, xl.astype(np.float32), xu.astype(np.float32), np.full(len(x), eps, np.float32)
 
 
@@ -121,13 +137,13 @@ def _rows_per_block(plan, method, n_specs, batch_size):
     return int(max(1, min(256, _ENTRIES // max(1, 2 * max(widest, n_specs) * widest))))
 
 
-def _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_size):
+def _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_size, mask=None):
     """Lower bounds `(n, S)` of `spec . logits` over each point's set, block by block."""
     build = lambda: backend.compile_forward(_bound_fn(plan, norm, method))  # noqa: E731
     fn = cached(model, "certify", build, norm=norm, method=method)
     trainable = backend.variable_values(model.trainable_variables)
     non_trainable = backend.variable_values(model.non_trainable_variables)
-    x0, xl, xu, radius = _box(x, eps, norm, clip_values)
+    x0, xl, xu, radius = _box(x, eps, norm, clip_values, mask)
     rows, out = _rows_per_block(plan, method, spec.shape[1], batch_size), []
     for start in range(0, len(x), rows):
         block = slice(start, start + rows)
@@ -136,7 +152,7 @@ def _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_si
     return np.concatenate(out) if out else np.zeros((0, spec.shape[1]), np.float32)
 
 
-def certify(model, x, y, eps, *, norm="linf", method="crown", clip_values=None, batch_size=None):
+def certify(model, x, y, eps, *, norm="linf", method="crown", clip_values=None, batch_size=None, mask=None):
     """Certified lower bounds of the margins z_y - z_j of a classifier over an eps-ball around each point.
 
     The model's logits are bounded over {x' : ||x' - x|| <= eps} intersected with the box `clip_values`,
@@ -155,8 +171,11 @@ def certify(model, x, y, eps, *, norm="linf", method="crown", clip_values=None, 
             neuron; never looser than IBP) or "crown-ibp" (one backward pass from the margins on IBP's
             intermediate bounds, Zhang et al. 2020: between the two in cost and tightness). Defaults to
             "crown".
-        clip_values: None or `(lo, hi)`, the valid input range the set is intersected with.
+        clip_values: None or `(lo, hi)`, the valid input range the set is intersected with: floats, or
+            arrays broadcastable to one input's shape (per feature).
         batch_size: rows per compiled call; None picks 256 for IBP and what fits 128 MiB for CROWN.
+        mask: None (default) or a 0/1 array broadcastable to one input's shape, Linf only: the features
+            at 0 stay at x (their interval is the point itself).
 
     Returns:
         A `Certificate` with `certified` `(n,)` bool, `margins` `(n, C)` and `certified_accuracy`.
@@ -174,12 +193,13 @@ def certify(model, x, y, eps, *, norm="linf", method="crown", clip_values=None, 
         "Towards stable and efficient training of verifiably robust neural networks" (CROWN-IBP), ICLR,
         https://arxiv.org/abs/1906.06316.
     """
-    plan, x, eps, norm, method, clip_values, batch_size = _check(
-        model, x, eps, norm, method, clip_values, batch_size
+    plan, x, eps, norm, method, clip_values, batch_size, mask = _check(
+        model, x, eps, norm, method, clip_values, batch_size, mask
     )
     n_classes = int(np.prod(plan.shapes[plan.output]))
     labels = _labels(y, len(x), n_classes)
-    low = _lower_bounds(model, plan, x, _spec(labels, n_classes), eps, norm, method, clip_values, batch_size)
+    spec = _spec(labels, n_classes)
+    low = _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_size, mask)
     if n_classes == 1:  # margins of the two classes: the bound of +-z at the other class
         margins = np.full((len(x), 2), np.inf, np.float32)
         margins[np.arange(len(x)), 1 - labels] = low[:, 0]
@@ -190,11 +210,13 @@ def certify(model, x, y, eps, *, norm="linf", method="crown", clip_values=None, 
     return Certificate(certified, margins.astype(np.float32), float(eps), norm, method, clip_values)
 
 
-def output_bounds(model, x, eps, *, norm="linf", method="crown", clip_values=None, batch_size=None):
+def output_bounds(
+    model, x, eps, *, norm="linf", method="crown", clip_values=None, batch_size=None, mask=None
+):
     """Lower and upper bounds of a classifier's logits over an eps-ball around each point.
 
     Args:
-        model, x, eps, norm, method, clip_values, batch_size: as in `certify`.
+        model, x, eps, norm, method, clip_values, batch_size, mask: as in `certify`.
 
     Returns:
         `(lower, upper)`, float32 arrays shaped like the model's output `(n, *output_shape)`: every
@@ -203,12 +225,12 @@ def output_bounds(model, x, eps, *, norm="linf", method="crown", clip_values=Non
     Raises:
         ValueError, TypeError: as in `certify`.
     """
-    plan, x, eps, norm, method, clip_values, batch_size = _check(
-        model, x, eps, norm, method, clip_values, batch_size
+    plan, x, eps, norm, method, clip_values, batch_size, mask = _check(
+        model, x, eps, norm, method, clip_values, batch_size, mask
     )
     k = int(np.prod(plan.shapes[plan.output]))
     eye = np.eye(k, dtype=np.float32)
     spec = np.broadcast_to(np.concatenate([eye, -eye])[None], (len(x), 2 * k, k)).copy()
-    low = _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_size)
+    low = _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_size, mask)
     shape = (len(x),) + tuple(plan.shapes[plan.output])
     return low[:, :k].reshape(shape), (-low[:, k:]).reshape(shape)

@@ -33,14 +33,14 @@ def check_method(method, norm, model):
     return method
 
 
-def certified_points(model, x, labels, *, method, eps, norm, clip_values, batch_size):
+def certified_points(model, x, labels, *, method, eps, norm, clip_values, batch_size, mask=None):
     """bool `(n,)`: the points whose label no input of the eps-ball changes (the model's decision rule).
 
     A Keras model: `certificates.certify`. A weighted vote: each member certified on its own clean
     prediction, combined by `certificates.vote_certificate` at radius eps.
     """
     members, weights = certificates.member_weights(model)
-    options = dict(norm=norm, method=method, clip_values=clip_values, batch_size=batch_size)
+    options = dict(norm=norm, method=method, clip_values=clip_values, batch_size=batch_size, mask=mask)
     if len(members) == 1 and weights[0] > 0:
         return certificates.certify(members[0], x, labels, eps, **options).certified
     classes, radii = [], []

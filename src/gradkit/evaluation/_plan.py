@@ -206,10 +206,6 @@ def check_config(
     certify = _certified.check_method(certify, norm, model)
     clip, mask = check_clip(clip_values), check_mask(mask)
     per_feature = clip is not None and bool(np.ndim(clip[0]))
-    if certify is not None and (per_feature or mask is not None):
-        raise ValueError(
-            "`certify` takes scalar clip_values and no mask. Received: per-feature clip_values or a mask"
-        )
     skipped = ()
     if version == "custom":
         entries = plan(attacks, is_ensemble(model))

@@ -109,7 +109,7 @@ def evaluate(
             `certified`, `certified_accuracy` (a lower bound beside `robust_accuracy`, the upper
             bound) and the flag `certificate_contradicted` for a certified point an attack broke.
         mask: None (default) or a 0/1 array broadcastable to one input's shape: 1 where a feature may
-            change; every attack keeps the others bit-identical (not with `certify`). Several inputs:
+            change; every attack keeps the others bit-identical (`certify`: Linf only). Several inputs:
             a dict `{name: mask}`.
         attack_inputs: None (default: every input) or the names of the inputs of a model of several
             inputs that the attacks may change; the others are held fixed. `x` is then a list (in
@@ -243,8 +243,9 @@ def certified_of(model, x, labels, config):
         method=config.certify,
         eps=config.eps,
         norm=config.norm,
-        clip_values=config.clip_values,
+        clip_values=config.box or config.clip_values,
         batch_size=config.batch_size,
+        mask=config.mask,
     )
 
 
