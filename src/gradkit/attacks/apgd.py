@@ -111,7 +111,9 @@ def apgd(
         targeted: False (default) or True (APGD-T over the top `n_target_classes` classes).
         n_restarts: runs per target (random starts on the eps-sphere), int >= 1. Defaults to 1.
         n_target_classes: targets tried by APGD-T, int >= 1 (capped at C - 1). Defaults to 9.
-        clip_values: None or `(min, max)`, the valid input range.
+        clip_values: None or `(min, max)`, the valid input range; or per-feature `(lo, hi)` arrays.
+        mask, attack_inputs: as in `gradkit.fgsm` (`x` a list or dict of arrays for a model of several
+            inputs, attacked as one flat row; eps is one number here).
         batch_size: rows per compiled call. Defaults to None: min(256, next power of two >= n); where a
             new row count costs little (`backend.ROW_QUANTUM`), as many rows as hold 2**22 input values.
         output: name or index of the attacked output of a multi-output model.

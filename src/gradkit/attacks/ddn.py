@@ -51,7 +51,7 @@ def ddn(
     decision rule, as in `gradkit.fmn`.
 
     Args:
-        model, x, clip_values, batch_size, output: as in `gradkit.fmn`.
+        model, x, clip_values, batch_size, output, mask, attack_inputs: as in `gradkit.fmn`.
         y: untargeted: true class ids (defaults to the predictions); targeted: the target class ids.
         steps: iterations, int >= 1. Defaults to 100.
         init_norm: the first radius eps, float > 0 (L2, input units). Defaults to 1.0.

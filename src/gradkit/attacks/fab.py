@@ -101,7 +101,9 @@ def fab(
         alpha_max: the largest weight of the step from `x0`, in [0, 1]. Defaults to 0.1.
         eta: overshoot of the projections, > 0. Defaults to 1.05.
         beta: the backward step towards `x0` after a success, in [0, 1]. Defaults to 0.9.
-        clip_values: None or `(min, max)`, the valid input range (the box of the projections).
+        clip_values: None or `(min, max)`, the valid input range (the box of the projections); or
+            per-feature arrays. mask, attack_inputs: as in `gradkit.apgd` (the norms are those of the
+            changeable features).
         batch_size: samples per compiled call (each takes `C` rows untargeted, 1 targeted). Defaults to
             None: min(256, next power of two >= n), at most 2**22 input values per call.
         seed: None or int >= 0 seeding the restarts' random starts (numpy). Defaults to 0.

@@ -80,6 +80,7 @@ def fmn(
             search (`binary_search_steps` forward passes) on the way from `x` to them.
         binary_search_steps: int >= 0. Defaults to 10.
         clip_values: None (no box) or `(min, max)`. eps is capped at the largest norm inside the box.
+            Per-feature arrays too. mask, attack_inputs: as in `gradkit.apgd`.
         batch_size: rows per compiled call; defaults as in `gradkit.apgd`.
         seed: int >= 0 or None; FMN is deterministic (kept for a uniform signature). Defaults to 0.
         output: name or index of the attacked output of a multi-output model.

@@ -89,10 +89,20 @@ def fgsm(
             classes (targeted). Defaults to None: the model's hard predictions (for an ensemble the
             weighted hard vote), which avoids label leaking (Kurakin et al. 2017).
         eps: size of the perturbation, a finite float >= 0 in input units; `eps=0` returns a copy of
-            `x`.
+            `x`. Linf: or a per-feature budget, an array >= 0 broadcastable to one input's shape
+            (several inputs: a dict `{name: eps}`); ValueError with another norm.
         norm: `np.inf` (or "inf", "linf"; default), `2` (or "l2") or `1` (or "l1").
         clip_values: None (default, no clipping) or `(min, max)` floats: the valid input range; `x`
-            must lie inside it and the result is clipped to it.
+            must lie inside it and the result is clipped to it. Or per feature `(lo, hi)` arrays
+            broadcastable to one input's shape (several inputs: one pair, or a dict `{name: (lo, hi)}`).
+        mask: None (default) or a 0/1 array broadcastable to one input's shape (several inputs: a dict
+            `{name: mask}`): 1 where a feature may change. The others stay bit-identical through the
+            start, every step and projection (their gradient is zeroed, so norms and directions count
+            only the changeable features).
+        attack_inputs: None (default: every input) or the names of the inputs of a model of several
+            inputs that may change; the others are held fixed. With it, a mask or per-feature or
+            per-input values, several inputs are attacked as one flat row (`gradkit.attacks.FlatInputs`:
+            Linf balls per input, one joint L2/L1 ball).
         targeted: False (default) increases the loss of `y`; True decreases it (moves towards `y`).
         loss: None (the model's compiled loss) or a loss as in `gradkit.InputGradient`.
         batch_size: rows per compiled call; None (default) attacks all of `x` in one call.
@@ -166,9 +176,10 @@ def bim(
     the step loop runs in Python.
 
     Args:
-        model, x, y, norm, clip_values, targeted, loss, batch_size, output: as in `gradkit.fgsm`.
+        model, x, y, norm, clip_values, mask, attack_inputs, targeted, loss, batch_size, output: as in
+            `gradkit.fgsm`.
         eps: radius of the ball around `x`, a finite float >= 0 in input units; `eps=0` returns a copy
-            of `x`.
+            of `x`. Linf: or per feature, as in `gradkit.fgsm`.
         eps_step: step size, a finite float > 0 (commonly eps / steps to 2.5 * eps / steps).
         steps: number of steps, an int >= 1.
         objective: how an ensemble's members are combined into the objective: "loss_sum" (default,
@@ -248,7 +259,8 @@ def pgd(
     `gradkit.bim`); with `random_start=False` PGD equals BIM exactly.
 
     Args:
-        model, x, y, norm, clip_values, targeted, loss, batch_size, output: as in `gradkit.fgsm`.
+        model, x, y, norm, clip_values, mask, attack_inputs, targeted, loss, batch_size, output: as in
+            `gradkit.fgsm` (eps too: per feature in Linf).
         eps, eps_step, steps: as in `gradkit.bim` (a common choice: eps_step = 2.5 * eps / steps).
         random_start: start from a random point of the ball (default True) or from `x`.
         seed: None (default: fresh randomness) or an int >= 0 seeding the random start.

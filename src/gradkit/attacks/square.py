@@ -87,8 +87,9 @@ def square(
         n_queries: forward passes per sample, the start included, int >= 1. Defaults to 5000.
         p_init: initial fraction of the input changed per query, in (0, 1]. Defaults to 0.8.
         targeted: False (default) or True (pull towards the classes `y`).
-        clip_values, batch_size, output, objective: as in `gradkit.apgd` (objective "vote_margin" uses
-            the margin of the smoothed weighted vote).
+        clip_values, batch_size, output, objective, mask, attack_inputs: as in `gradkit.apgd`
+            (objective "vote_margin" uses the margin of the smoothed weighted vote; windows and the
+            start change only the features of `mask`).
         seed: None or int >= 0 seeding the random search (the start in numpy, the proposals with
             the backend's random ops inside the compiled step).
         data_format: None (default: the model's layout, from the `data_format` of its convolution and
