@@ -260,7 +260,7 @@ def pgd(
 
     Args:
         model, x, y, norm, clip_values, mask, attack_inputs, targeted, loss, batch_size, output: as in
-            `gradkit.fgsm` (eps too: per feature in Linf).
+            `gradkit.fgsm`.
         eps, eps_step, steps: as in `gradkit.bim` (a common choice: eps_step = 2.5 * eps / steps).
         random_start: start from a random point of the ball (default True) or from `x`.
         seed: None (default: fresh randomness) or an int >= 0 seeding the random start.
