@@ -204,8 +204,19 @@ def check_mask(mask, name="mask"):
 
 def broadcast_box(clip_values, mask, x0):
     """`(clip_values, mask)` for the checked batch `x0` `(n, ...)`: scalar bounds as given, per-feature
-    bounds and the mask broadcast to one input's shape with a leading axis of 1 (float32 `(1, ...)`);
-    ValueError where they do not broadcast. The mask's features become the clean ones' bit for bit."""
+    bounds and the mask broadcast to one input's shape with a leading axis of 1.
+
+    Args:
+        clip_values: None, `(min, max)` floats, or `(lo, hi)` arrays (`check_clip`).
+        mask: None or a float32 0/1 array (`check_mask`).
+        x0: a numpy batch `(n, ...)`.
+
+    Returns:
+        `(clip_values, mask)`: the arrays as float32 `(1, *x0.shape[1:])`, scalars and None as given.
+
+    Raises:
+        ValueError: per-feature bounds or a mask that do not broadcast to one input's shape.
+    """
     shape = tuple(x0.shape[1:])
 
     def one(a, name):
