@@ -30,9 +30,7 @@ EPS = {np.inf: 0.25, 2: 0.6, 1: 1.5}
 CASES = [(name, np.inf) for name in ATTACKS if name != "ddn"] + [
     ("apgd", 2),
     ("apgd", 1),
-    ("pgd", 1),
     ("square", 2),
-    ("fab", 1),
     ("ddn", 2),
 ]
 
