@@ -21,8 +21,9 @@ _WIDE = float(np.finfo(np.float32).max)  # the bound of an input without clip va
 
 
 def is_several(model, x):
-    """Whether `x` is a list, tuple or dict of arrays (the inputs of a model of several inputs)."""
-    return isinstance(x, (list, tuple, dict)) and isinstance(model, keras.Model)
+    """Whether `x` is a list, tuple or dict of arrays for a Keras model of several inputs."""
+    several = isinstance(x, (list, tuple, dict)) and isinstance(model, keras.Model)
+    return several and len(input_names(model)) > 1
 
 
 class FlatInputs:
