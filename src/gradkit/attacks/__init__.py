@@ -32,9 +32,6 @@ from gradkit.attacks.geometry import per_sample_norm_tensor
 from gradkit.attacks.geometry import project_and_clip_tensor
 from gradkit.attacks._inputs import FlatInputs
 from gradkit.attacks._inputs import is_several
-from gradkit.attacks._frame import broadcast_box
-from gradkit.attacks._frame import check_clip
-from gradkit.attacks._frame import check_mask
 from gradkit.attacks._frame import check_single_input
 from gradkit.attacks._frame import gradient_for
 from gradkit.attacks._frame import predict_labels
@@ -64,10 +61,7 @@ __all__ = [
     "fgsm",
     "fmn",
     "FlatInputs",
-    "broadcast_box",
     "is_several",
-    "check_clip",
-    "check_mask",
     "check_single_input",
     "gradient_for",
     "is_ensemble",

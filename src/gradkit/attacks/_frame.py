@@ -17,6 +17,7 @@ import numpy as np
 from keras import tree
 
 from gradkit import _checks, _keras_internals, backend
+from gradkit._checks import broadcast_box, check_clip, check_mask
 from gradkit.attacks import _inputs
 from gradkit.gradients import (
     AttackGradient,
@@ -148,28 +149,6 @@ def _leaf_names(x):
     return ["x"]
 
 
-def check_clip(clip_values, name="clip_values"):
-    """None, `(min, max)` floats (`_checks.check_clip_values`), or per-feature bounds: `(lo, hi)` as
-    float32 arrays (either may be a scalar) broadcastable to each other, finite, with lo <= hi; their
-    shape is checked against the input's in the frame (`box`)."""
-    if clip_values is None:
-        return None
-    try:
-        lo, hi = clip_values
-    except (TypeError, ValueError):
-        return _checks.check_clip_values(clip_values, name)
-    if np.ndim(lo) == 0 and np.ndim(hi) == 0:
-        return _checks.check_clip_values(clip_values, name)
-    expected = "a pair (lo, hi) of finite arrays broadcastable to one input's shape, with lo <= hi"
-    try:
-        lo, hi = np.broadcast_arrays(np.asarray(lo, np.float32), np.asarray(hi, np.float32))
-    except (TypeError, ValueError):
-        _checks.fail(name, expected, clip_values)
-    if not (np.isfinite(lo).all() and np.isfinite(hi).all()) or (lo > hi).any():
-        _checks.fail(name, expected, clip_values)
-    return lo, hi
-
-
 def check_eps(eps, norm, name="eps"):
     """`eps` as a float >= 0 (`_checks.check_eps`), or for Linf per feature: a finite float32 array
     >= 0 broadcastable to one input's shape. ValueError for an array with another norm."""
@@ -187,50 +166,6 @@ def check_eps(eps, norm, name="eps"):
     if not np.isfinite(values).all() or (values < 0).any():
         _checks.fail(name, "a finite number >= 0 or an array of them (per feature, Linf)", eps)
     return values
-
-
-def check_mask(mask, name="mask"):
-    """None, or the changeable features: an array of 0 and 1 (or bools), 1 = may change, as float32."""
-    if mask is None:
-        return None
-    try:
-        values = np.asarray(mask)
-    except (TypeError, ValueError):
-        _checks.fail(name, "None or an array of 0 and 1 (1: the feature may change)", mask, TypeError)
-    if values.dtype.kind not in "biuf" or not np.isin(values, (0, 1)).all():
-        _checks.fail(name, "None or an array of 0 and 1 (1: the feature may change)", mask)
-    return values.astype(np.float32)
-
-
-def broadcast_box(clip_values, mask, x0):
-    """`(clip_values, mask)` for the checked batch `x0` `(n, ...)`: scalar bounds as given, per-feature
-    bounds and the mask broadcast to one input's shape with a leading axis of 1.
-
-    Args:
-        clip_values: None, `(min, max)` floats, or `(lo, hi)` arrays (`check_clip`).
-        mask: None or a float32 0/1 array (`check_mask`).
-        x0: a numpy batch `(n, ...)`.
-
-    Returns:
-        `(clip_values, mask)`: the arrays as float32 `(1, *x0.shape[1:])`, scalars and None as given.
-
-    Raises:
-        ValueError: per-feature bounds or a mask that do not broadcast to one input's shape.
-    """
-    shape = tuple(x0.shape[1:])
-
-    def one(a, name):
-        try:
-            return np.ascontiguousarray(np.broadcast_to(a, shape)[None], np.float32)
-        except ValueError:
-            raise ValueError(
-                f"`{name}` must broadcast to one input's shape {shape}. Received: {name} of shape "
-                f"{np.shape(a)}"
-            ) from None
-
-    if clip_values is not None and np.ndim(clip_values[0]):
-        clip_values = tuple(one(a, "clip_values") for a in clip_values)
-    return clip_values, None if mask is None else one(mask, "mask")
 
 
 def check_range(x, clip_values):

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 
 from gradkit import _checks, backend
-from gradkit.attacks import broadcast_box, check_clip, check_mask
+from gradkit._checks import broadcast_box, check_clip, check_mask
 from gradkit.certificates import _graph, crown, ibp
 from gradkit.gradients import cached
 

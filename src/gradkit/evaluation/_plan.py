@@ -7,15 +7,8 @@ from collections.abc import Callable
 import numpy as np
 
 from gradkit import _checks
-from gradkit.attacks import (
-    NAMES,
-    TABLE,
-    broadcast_box,
-    check_clip,
-    check_mask,
-    check_single_input,
-    is_ensemble,
-)
+from gradkit._checks import broadcast_box, check_clip, check_mask
+from gradkit.attacks import NAMES, TABLE, check_single_input, is_ensemble
 from gradkit.evaluation import _certified, _versions
 from gradkit.evaluation._single import check_single
 from gradkit.gradients import (
