@@ -134,7 +134,8 @@ def apgd(
         ValueError: eps < 0, a bad norm, loss, steps < 1, use_largereps with a norm other than 1,
             n_restarts < 1, too few classes for DLR, labels out of range, `x` outside `clip_values`;
             before any work.
-        TypeError: several inputs (use `gradkit.pgd`), non-integer counts, a bad `model`.
+        TypeError: several inputs of an ensemble, or one array for a model of several inputs, non-integer
+            counts, a bad `model`.
 
     References:
         Croce & Hein (2020), https://arxiv.org/abs/2003.01690 (Algorithm 1; DLR eq. 6-7).

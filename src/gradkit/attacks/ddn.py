@@ -66,7 +66,7 @@ def ddn(
 
     Raises:
         TypeError: `eps` given (use `gradkit.min_norm` or `gradkit.robustness_curve(..., attack="ddn")`),
-            another unknown keyword, several inputs.
+            another unknown keyword, several inputs of an ensemble.
         ValueError: `norm` other than 2, steps < 1, init_norm <= 0, gamma outside [0, 1], targeted
             without `y`, `x` outside `clip_values`; before any work.
 

@@ -123,7 +123,7 @@ def fab(
         ValueError: a norm other than inf, 2, 1; eps < 0; steps, n_restarts or n_target_classes < 1;
             alpha_max, beta outside [0, 1]; eta <= 0; FAB-T on fewer than 3 classes; labels out of
             range; `x` outside `clip_values`. Before any attack step.
-        TypeError: several inputs, non-integer counts, a non-bool `targeted`, a bad `model`.
+        TypeError: several inputs of an ensemble, non-integer counts, a non-bool `targeted`, a bad `model`.
 
     References:
         Croce & Hein (2020), https://arxiv.org/abs/1907.02044 (Algorithm 1, Section 3); Croce & Hein

@@ -91,7 +91,8 @@ def fmn(
 
     Raises:
         TypeError: `eps` given (FMN takes none: use `gradkit.min_norm` or `gradkit.robustness_curve(...,
-            attack="fmn")` for accuracies at given eps), another unknown keyword, several inputs.
+            attack="fmn")` for accuracies at given eps), another unknown keyword, several inputs of an
+            ensemble.
         ValueError: a norm other than 0, 1, 2, inf; steps < 1; gamma outside [0, 1]; targeted without
             `y`; `x` outside `clip_values`; starting points not all adversarial; before any work.
 

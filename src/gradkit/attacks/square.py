@@ -104,7 +104,7 @@ def square(
         ValueError: eps < 0, n_queries < 1, p_init outside (0, 1], a bad norm or labels, `targeted`
             without `y`, a bad `data_format`, or image inputs of a model whose layers mix both layouts
             without `data_format`; before any work.
-        TypeError: several inputs, non-integer `n_queries`, a bad `model`.
+        TypeError: several inputs of an ensemble, non-integer `n_queries`, a bad `model`.
 
     References:
         Andriushchenko, Croce, Flammarion & Hein (2020), https://arxiv.org/abs/1912.00049; Croce &
