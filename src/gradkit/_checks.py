@@ -165,3 +165,69 @@ def check_numbers(values, name, *, minimum=None, allow_empty=False):
     if not values and not allow_empty:
         fail(name, "a non-empty list of finite numbers", values)
     return [check_real(v, f"{name}[{i}]", minimum=minimum) for i, v in enumerate(values)]
+
+
+def check_clip(clip_values, name="clip_values"):
+    """None, `(min, max)` floats (`check_clip_values`), or per-feature bounds: `(lo, hi)` as float32
+    arrays (either may be a scalar) broadcastable to each other, finite, with lo <= hi; their shape is
+    checked against the input's by `broadcast_box`."""
+    if clip_values is None:
+        return None
+    try:
+        lo, hi = clip_values
+    except (TypeError, ValueError):
+        return check_clip_values(clip_values, name)
+    if np.ndim(lo) == 0 and np.ndim(hi) == 0:
+        return check_clip_values(clip_values, name)
+    expected = "a pair (lo, hi) of finite arrays broadcastable to one input's shape, with lo <= hi"
+    try:
+        lo, hi = np.broadcast_arrays(np.asarray(lo, np.float32), np.asarray(hi, np.float32))
+    except (TypeError, ValueError):
+        fail(name, expected, clip_values)
+    if not (np.isfinite(lo).all() and np.isfinite(hi).all()) or (lo > hi).any():
+        fail(name, expected, clip_values)
+    return lo, hi
+
+
+def check_mask(mask, name="mask"):
+    """None, or the changeable features: an array of 0 and 1 (or bools), 1 = may change, as float32."""
+    if mask is None:
+        return None
+    try:
+        values = np.asarray(mask)
+    except (TypeError, ValueError):
+        fail(name, "None or an array of 0 and 1 (1: the feature may change)", mask, TypeError)
+    if values.dtype.kind not in "biuf" or not np.isin(values, (0, 1)).all():
+        fail(name, "None or an array of 0 and 1 (1: the feature may change)", mask)
+    return values.astype(np.float32)
+
+
+def broadcast_box(clip_values, mask, x0):
+    """`(clip_values, mask)` for the checked batch `x0` `(n, ...)`: scalar bounds as given, per-feature
+    bounds and the mask broadcast to one input's shape with a leading axis of 1.
+
+    Args:
+        clip_values: None, `(min, max)` floats, or `(lo, hi)` arrays (`check_clip`).
+        mask: None or a float32 0/1 array (`check_mask`).
+        x0: a numpy batch `(n, ...)`.
+
+    Returns:
+        `(clip_values, mask)`: the arrays as float32 `(1, *x0.shape[1:])`, scalars and None as given.
+
+    Raises:
+        ValueError: per-feature bounds or a mask that do not broadcast to one input's shape.
+    """
+    shape = tuple(x0.shape[1:])
+
+    def one(a, name):
+        try:
+            return np.ascontiguousarray(np.broadcast_to(a, shape)[None], np.float32)
+        except ValueError:
+            raise ValueError(
+                f"`{name}` must broadcast to one input's shape {shape}. Received: {name} of shape "
+                f"{np.shape(a)}"
+            ) from None
+
+    if clip_values is not None and np.ndim(clip_values[0]):
+        clip_values = tuple(one(a, "clip_values") for a in clip_values)
+    return clip_values, None if mask is None else one(mask, "mask")

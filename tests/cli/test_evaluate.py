@@ -559,3 +559,41 @@ def test_check_convergence_reruns_and_flags_as_python(capsys, files, tmp_path):
     assert [r["broken_by"] or None for r in _samples(out)] == expected.broken_by
     assert [f["name"] for f in report["flags"]] == [f["name"] for f in expected.flags]
     assert "still_improving" in [f["name"] for f in expected.flags]  # one step: its loss still rose
+
+
+def test_per_feature_clip_values_and_a_mask_from_files_evaluate_as_python(capsys, files, tmp_path):
+    lo, hi = np.zeros(6, np.float32), np.linspace(0.9, 1.0, 6).astype(np.float32)
+    mask = np.array([1, 1, 0, 1, 0, 1], np.float32)
+    x = np.minimum(files["x"], hi)
+    np.savez(tmp_path / "data.npz", x=x, y=files["y"])
+    np.save(tmp_path / "lo.npy", lo), np.save(tmp_path / "hi.npy", hi), np.save(tmp_path / "mask.npy", mask)
+    np.savez(tmp_path / "box.npz", lo=lo, hi=hi)
+    model = keras.saving.load_model(files["model"])
+    options = {**OPTIONS, "clip_values": (lo, hi), "attacks": ["apgd-ce"], "mask": mask}
+    expected = gradkit.evaluate(model, x, files["y"], eps=0.2, **options)
+    assert 0 < expected.robust.sum() < expected.robust.size
+    for i, box in enumerate((f"{tmp_path / 'lo.npy'},{tmp_path / 'hi.npy'}", str(tmp_path / "box.npz"))):
+        out = tmp_path / f"out{i}"
+        args = [files["model"], str(tmp_path / "data.npz"), "--eps", "0.2", "--attacks", "apgd-ce"]
+        args += ["--clip-values", box, "--mask", str(tmp_path / "mask.npy"), *ATTACK, "--out", str(out)]
+        code, seen = _run(capsys, *args)
+        assert code == 0, seen.err
+        assert [r["robust"] == "1" for r in _samples(out)] == expected.robust.tolist()
+
+
+def test_a_model_of_several_inputs_reads_one_array_per_input_name(capsys, files, tmp_path):
+    keras.utils.set_random_seed(0)
+    a, b = keras.Input((4,), name="a"), keras.Input((2,), name="b")
+    hidden = keras.layers.Dense(8, activation="tanh")(keras.layers.Concatenate()([a, b]))
+    model = keras.Model({"a": a, "b": b}, keras.layers.Dense(4)(hidden))
+    model.save(tmp_path / "two.keras")
+    x = {"a": files["x"][:, :4], "b": files["x"][:, 4:]}
+    np.savez(tmp_path / "two.npz", y=files["y"], **x)
+    out = tmp_path / "out"
+    args = [str(tmp_path / "two.keras"), str(tmp_path / "two.npz"), "--eps", "0.3", "--attacks", "apgd-ce"]
+    code, seen = _run(capsys, *args, "--attack-inputs", "a", *ATTACK, "--out", str(out))
+    assert code == 0, seen.err
+    options = {**OPTIONS, "attacks": ["apgd-ce"], "attack_inputs": ["a"]}
+    expected = gradkit.evaluate(model, x, files["y"], eps=0.3, **options)
+    assert [r["robust"] == "1" for r in _samples(out)] == expected.robust.tolist()
+    np.testing.assert_array_equal(expected.x_adv["b"], x["b"])

@@ -64,21 +64,33 @@ SINGLE_INPUT_ENTRIES = {
 }
 
 
+SEVERAL_INPUTS = ("evaluate", "APGD", "Square", "FAB", "FMN", "DDN")  # a list or dict x: one flat row
+
+
 @pytest.mark.parametrize("entry", sorted(SINGLE_INPUT_ENTRIES))
 def test_every_single_input_entry_refuses_a_two_input_model_in_the_same_words(entry):
     """min_norm and its siblings refuse several input arrays, or one array for a two-input model, with
     one TypeError that names the entry point and the way out (gradkit.pgd), before any work; never a
-    raw numpy error ("setting an array element with a sequence")."""
+    raw numpy error ("setting an array element with a sequence"). The attacks and evaluate take
+    several inputs as a list or dict (`gradkit.attacks.FlatInputs`), and still refuse one array."""
     model, rng = two_input_model(), np.random.default_rng(0)
     xa, xb, y = rng.uniform(0, 1, (4, 3)), rng.uniform(0, 1, (4, 2)), np.arange(4) % 3
     call, name = SINGLE_INPUT_ENTRIES[entry], entry.replace("(", r"\(").replace(")", r"\)")
     if entry == "evaluate":  # evaluate shows the one-input model to build instead (evaluation._single)
-        for x in ([xa, xb], np.concatenate([xa, xb], axis=1)):
-            with pytest.raises(ValueError, match="^`model` must have one input: evaluate attacks models of"):
-                call(model, x, y)
-        return
+        with pytest.raises(ValueError, match="^`model` must have one input: evaluate attacks models of"):
+            call(model, np.concatenate([xa, xb], axis=1), y)
+    if entry in SEVERAL_INPUTS:
+        for x in ([xa, xb], {"a": xa, "b": xb}):
+            out = call(model, x, y)
+            x_adv = out.x_adv if entry == "evaluate" else out
+            assert [np.shape(v) for v in (x_adv.values() if isinstance(x, dict) else x_adv)] == [
+                (4, 3),
+                (4, 2),
+            ]
+        if entry == "evaluate":
+            return
     several = rf"^`x` must be one array: {name} attacks single-input models\. Received: x of type "
-    for x in ([xa, xb], (xa, xb), {"a": xa, "b": xb}):
+    for x in [] if entry in SEVERAL_INPUTS else ([xa, xb], (xa, xb), {"a": xa, "b": xb}):
         with pytest.raises(
             TypeError, match=several + rf"{type(x).__name__} \(use gradkit.pgd for several inputs\)$"
         ):

@@ -57,12 +57,14 @@ def _two_inputs():
 def test_a_model_of_two_inputs_is_refused_with_the_one_input_model_to_build():
     x, y = _data()
     model = _two_inputs()
-    for given in (x, [x[:, :4], x[:, 4:]]):  # one array (the .npz's x) or one per input
-        with pytest.raises(
-            ValueError, match="`model` must have one input: evaluate attacks models of one"
-        ) as err:
-            gradkit.evaluate(model, given, y, **OPTIONS)
+    with pytest.raises(
+        ValueError, match="`model` must have one input: evaluate attacks models of one"
+    ) as err:
+        gradkit.evaluate(model, x, y, **OPTIONS)  # one array (the .npz's x) for two inputs
     message = str(err.value)
+    assert message.endswith(
+        "; or pass x as a list or dict of its input arrays (attack_inputs= names those attacked)"
+    )
     assert "2 inputs of shapes (None, 4), (None, 2)" in message
     example = "one = keras.Input((6,)); wrapped = keras.Model(one, model([one[:, 0:4], one[:, 4:6]]))"
     assert example in message
@@ -71,3 +73,9 @@ def test_a_model_of_two_inputs_is_refused_with_the_one_input_model_to_build():
     result = gradkit.evaluate(wrapped, np.concatenate([x[:, :4], x[:, 4:]], axis=1), y, **OPTIONS)
     logits = model.predict([x[:, :4], x[:, 4:]], verbose=0)
     assert result.clean_accuracy == np.mean(np.argmax(logits, axis=1) == y)
+    several = gradkit.evaluate(model, [x[:, :4], x[:, 4:]], y, **OPTIONS)  # one array per input: the same
+    np.testing.assert_array_equal(several.robust, result.robust)
+    np.testing.assert_array_equal(np.concatenate(several.x_adv, axis=1), result.x_adv)
+    several = gradkit.evaluate(model, [x[:, :4], x[:, 4:]], y, **OPTIONS)  # one array per input: the same
+    np.testing.assert_array_equal(several.robust, result.robust)
+    np.testing.assert_array_equal(np.concatenate(several.x_adv, axis=1), result.x_adv)

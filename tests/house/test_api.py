@@ -38,7 +38,8 @@ PACKAGES = {
         "NAMES", "TINY", "direction_tensor", "per_sample_norm_tensor", "project_and_clip_tensor",
         "AttackResult", "apgd", "bim", "ddn", "decide", "default_eps_step", "fab", "fgsm", "fmn",
         "gradient_for", "is_ensemble", "pgd", "predict_labels", "prepare", "run_attack", "square",
-        "MIN_NORM_NAMES", "TABLE", "recording", "check_single_input", "tracing_losses",
+        "MIN_NORM_NAMES", "TABLE", "recording", "check_single_input", "tracing_losses", "FlatInputs",
+        "is_several",
     ],
     "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "describe", "load"],
     "gradkit.certificates": [

@@ -32,6 +32,8 @@ from gradkit.attacks.geometry import direction_tensor
 from gradkit.attacks.geometry import per_sample_norm_tensor
 from gradkit.attacks.geometry import project_and_clip_tensor
 from gradkit.attacks._engine import tracing_losses
+from gradkit.attacks._inputs import FlatInputs
+from gradkit.attacks._inputs import is_several
 from gradkit.attacks._frame import check_single_input
 from gradkit.attacks._frame import gradient_for
 from gradkit.attacks._frame import predict_labels
@@ -60,6 +62,8 @@ __all__ = [
     "fab",
     "fgsm",
     "fmn",
+    "FlatInputs",
+    "is_several",
     "check_single_input",
     "gradient_for",
     "is_ensemble",

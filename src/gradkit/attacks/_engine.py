@@ -24,6 +24,7 @@ from keras import ops, tree
 
 from gradkit import backend
 from gradkit.attacks import geometry
+from gradkit.attacks._frame import step_function
 
 
 def scalar(value):
@@ -203,10 +204,10 @@ def run_min_norm(frame, update, name, static, *, start, per_row, constants, step
     `fixed` (constant through the run); `constants` the scalars of `fixed`.
     """
     objective, x0, labels, clip = frame.objective, frame.x0, frame.labels, frame.clip_values
-    step = objective.step_function(name, update, **static)
+    step = step_function(objective, name, update, frame.mask, **static)
     lo, hi = clip or (0.0, 0.0)
-    scalars = {k: scalar(v) for k, v in dict(constants, lo=lo, hi=hi, steps=steps).items()}
-    worst = geometry.worst_norm(x0, clip, norm)
+    scalars = {k: scalar(v) for k, v in dict(constants, lo=lo, hi=hi, steps=steps).items()} | frame.tensors()
+    worst = geometry.worst_norm(x0, clip, norm, frame.mask)
     rows = dict(per_row, best_norm=worst.copy(), found=np.zeros(len(labels), bool))
 
     def init(first, stop, pad):

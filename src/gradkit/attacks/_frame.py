@@ -17,6 +17,8 @@ import numpy as np
 from keras import tree
 
 from gradkit import _checks, _keras_internals, backend
+from gradkit._checks import broadcast_box, check_clip, check_mask
+from gradkit.attacks import _inputs
 from gradkit.gradients import (
     AttackGradient,
     InputGradient,
@@ -149,17 +151,55 @@ def _leaf_names(x):
     return ["x"]
 
 
+def check_eps(eps, norm, name="eps"):
+    """`eps` as a float >= 0 (`_checks.check_eps`), or for Linf per feature: a finite float32 array
+    >= 0 broadcastable to one input's shape. ValueError for an array with another norm."""
+    if np.ndim(eps) == 0:
+        return _checks.check_eps(eps, name)
+    if norm != np.inf:
+        raise ValueError(
+            f"`{name}` as an array (a per-feature budget) needs norm=np.inf: an L2 or L1 ball has one "
+            f"radius. Received: {name} of shape {np.shape(eps)} with norm={norm!r}"
+        )
+    try:
+        values = np.asarray(eps, np.float32)
+    except (TypeError, ValueError):
+        _checks.fail(name, "a finite number >= 0 or an array of them", eps, TypeError)
+    if not np.isfinite(values).all() or (values < 0).any():
+        _checks.fail(name, "a finite number >= 0 or an array of them (per feature, Linf)", eps)
+    return values
+
+
 def check_range(x, clip_values):
     """Raises ValueError when a leaf of the validated `x` lies outside `clip_values`."""
     if clip_values is None:
         return
     lo, hi = clip_values
     for name, leaf in zip(_leaf_names(x), tree.flatten(x)):
-        if leaf.min() < lo or leaf.max() > hi:
+        if np.ndim(lo):
+            if (leaf < lo).any() or (leaf > hi).any():
+                raise ValueError(
+                    f"`x` must lie inside its per-feature clip_values (input {name!r} leaves them at "
+                    f"{int(((leaf < lo) | (leaf > hi)).sum())} values): the attack could not keep it in range"
+                )
+        elif leaf.min() < lo or leaf.max() > hi:
             raise ValueError(
                 f"`x` must lie inside clip_values={clip_values} (input {name!r} spans "
                 f"[{leaf.min()}, {leaf.max()}]): the attack could not keep it in range otherwise."
             )
+
+
+def step_function(objective, name, update, mask, **static):
+    """`objective.step_function(name, update, **static)`; with a `mask` (not None) the gradient is
+    multiplied by `fixed["mask"]` before `update` sees it, so that no direction, step or norm counts a
+    feature that may not change (their coordinates of the step are then exactly 0)."""
+    if mask is None:
+        return objective.step_function(name, update, **static)
+
+    def masked(state, aux, grad, fixed):
+        return update(state, aux, tree.map_structure(lambda g: g * fixed["mask"], grad), fixed)
+
+    return objective.step_function(name, masked, **static, mask=True)
 
 
 def predict_labels(grad, x, batch_size=None):
@@ -278,6 +318,8 @@ class Frame:
         *,
         loss,
         clip_values=None,
+        mask=None,
+        attack_inputs=None,
         batch_size=None,
         output=None,
         objective="loss_sum",
@@ -290,8 +332,24 @@ class Frame:
         preprocessing=None,
     ):
         model = preprocessed(model, preprocessing, row_shape(x))
+        self.inputs = None
+        if single_input and _inputs.is_several(model, x):  # one flat row of the inputs, cut back at the end
+            self.inputs = _inputs.FlatInputs(
+                model, x, attack_inputs=attack_inputs, clip_values=clip_values, mask=mask
+            )
+            model, x, clip_values, mask = (
+                self.inputs.model,
+                self.inputs.x,
+                self.inputs.clip_values,
+                self.inputs.mask,
+            )
+        elif attack_inputs is not None:
+            raise ValueError(
+                "`attack_inputs` names inputs of a model of several inputs, given as a list or dict `x`. "
+                f"Received: attack_inputs={attack_inputs!r} with x of type {type(x).__name__}"
+            )
         self.model, self.owner = model, owner(model)
-        self.clip_values = _checks.check_clip_values(clip_values)
+        self.clip_values, self.mask = check_clip(clip_values), check_mask(mask)
         self.batch_size = _checks.check_batch_size(batch_size)
         self.targeted = _checks.check_flag(targeted, "targeted")
         if y_required and self.targeted and y is None:
@@ -310,7 +368,11 @@ class Frame:
         self.grad = gradient_for(model, loss=loss, output=output, batch_size=self.batch_size)
         if not single_input:  # the loop's objective is checked before the data, with the caller's batch
             self.objective = step_for(self.owner, self.grad, batch_size=self.batch_size, **options)
-        self.x0, self.labels, self.n = prepare(self.grad, x, y, self.clip_values, self.batch_size)
+        scalar_box = None if self.per_feature else self.clip_values  # per-feature: checked once broadcast
+        self.x0, self.labels, self.n = prepare(self.grad, x, y, scalar_box, self.batch_size)
+        if self.per_feature or self.mask is not None:
+            self.clip_values, self.mask = broadcast_box(self.clip_values, self.mask, self.x0)
+            check_range(self.x0, self.clip_values)
         self.n_forwards = self.n_gradients = 0
         self.success = self.norms = None
         if single_input:
@@ -326,6 +388,27 @@ class Frame:
             raise ValueError(f"`loss` must be one of 'ce', 'dlr', 'margin'. Received: loss={loss!r}")
         classes = n_outputs(self.grad.ensemble.models[0], self.grad.output_index, self.x0)
         self.n_classes = 2 if classes == 1 else classes
+
+    @property
+    def per_feature(self):
+        """Whether the clip bounds are per-feature arrays."""
+        return self.clip_values is not None and bool(np.ndim(self.clip_values[0]))
+
+    def tensors(self):
+        """The mask as a tensor of `fixed` (`{"mask": ...}`), or {} without one."""
+        return {} if self.mask is None else {"mask": backend.to_tensor(self.mask)}
+
+    def keep_masked(self, x_adv, x0=None):
+        """`x_adv` with the features the mask holds fixed set back to the clean ones `x0` (default: the
+        frame's), bit for bit."""
+        x0 = self.x0 if x0 is None else x0
+        return x_adv if self.mask is None else np.where(self.mask > 0, x_adv, x0).astype(x_adv.dtype)
+
+    def finish(self, x_adv):
+        """The attack's result: `keep_masked(x_adv)` in the user's structure of inputs (a model of
+        several inputs: `FlatInputs.unflatten`)."""
+        x_adv = self.keep_masked(x_adv)
+        return x_adv if self.inputs is None else self.inputs.unflatten(x_adv)
 
     @property
     def data_format(self):

@@ -54,7 +54,7 @@ from keras import ops
 from gradkit import _checks, backend
 from gradkit.attacks import _engine as engine
 from gradkit.attacks import _targets, geometry
-from gradkit.attacks._frame import Frame
+from gradkit.attacks._frame import Frame, step_function
 
 LOSSES = ("ce", "dlr")
 STACKED_VALUES = 1 << 24  # input values of the targets run together in APGD-T (64 MB per float32 array)
@@ -76,6 +76,8 @@ def apgd(
     n_restarts=1,
     n_target_classes=9,
     clip_values=None,
+    mask=None,
+    attack_inputs=None,
     batch_size=None,
     output=None,
     objective="loss_sum",
@@ -114,7 +116,9 @@ def apgd(
         targeted: False (default) or True (APGD-T over the top `n_target_classes` classes).
         n_restarts: runs per target (random starts on the eps-sphere), int >= 1. Defaults to 1.
         n_target_classes: targets tried by APGD-T, int >= 1 (capped at C - 1). Defaults to 9.
-        clip_values: None or `(min, max)`, the valid input range.
+        clip_values: None or `(min, max)`, the valid input range; or per-feature `(lo, hi)` arrays.
+        mask, attack_inputs: as in `gradkit.fgsm` (`x` a list or dict of arrays for a model of several
+            inputs, attacked as one flat row; eps is one number here).
         batch_size: rows per compiled call. Defaults to None: min(256, next power of two >= n); where a
             new row count costs little (`backend.ROW_QUANTUM`), as many rows as hold 2**22 input values.
         output: name or index of the attacked output of a multi-output model.
@@ -141,7 +145,8 @@ def apgd(
         ValueError: eps < 0, a bad norm, loss, steps < 1, use_largereps with a norm other than 1,
             n_restarts < 1, too few classes for DLR, labels out of range, `x` outside `clip_values`,
             an unknown `target_selection` or "malt" untargeted; before any work.
-        TypeError: several inputs (use `gradkit.pgd`), non-integer counts, a bad `model`.
+        TypeError: several inputs of an ensemble, or one array for a model of several inputs, non-integer
+            counts, a bad `model`.
 
     References:
         Croce & Hein (2020), https://arxiv.org/abs/2003.01690 (Algorithm 1; DLR eq. 6-7).
@@ -167,6 +172,8 @@ def apgd(
         y,
         loss=loss,
         clip_values=clip_values,
+        mask=mask,
+        attack_inputs=attack_inputs,
         batch_size=batch_size,
         output=output,
         objective=objective,
@@ -184,7 +191,7 @@ def apgd(
     x_adv, success = frame.x0.copy(), np.zeros(frame.n, bool)
     if eps == 0:
         frame.success = frame.predict(x_adv) != frame.labels
-        return x_adv
+        return frame.finish(x_adv)
     targets = [None]
     if frame.targeted:  # never the label
         targets = _targets.ranked(frame, n_target_classes, target_selection, norm)
@@ -195,7 +202,7 @@ def apgd(
     for group in _groups(targets, frame.n, frame.x0[0].size):
         _restarts(frame, group, n_restarts, (x_adv, success, tried), settings)
     frame.success = success
-    return geometry.inside(x_adv, frame.x0, eps, norm)
+    return frame.finish(geometry.inside(x_adv, frame.x0, eps, norm))
 
 
 def _restarts(frame, group, n_restarts, results, settings):
@@ -268,19 +275,24 @@ def run(frame, x0, labels, targets, *, eps, norm, steps, rng, rho, momentum=0.75
     The evaluated rows are added to `frame.n_gradients`."""
     clip = frame.clip_values
     start = sphere_start(x0, eps, norm, np.random.default_rng(rng)) if x_init is None else x_init
-    start = geometry.project_and_clip(np.asarray(start, np.float32), x0, eps, norm, clip)
+    start = geometry.project_and_clip(np.asarray(start, np.float32), x0, eps, norm, clip, frame.mask)
     objective = frame.objective
     expectation = objective.eot_iter > 1
     static = dict(norm=norm, clip=clip is not None, expectation=expectation)
-    step = objective.step_function("apgd", update(objective, **static), **static)
+    step = step_function(objective, "apgd", update(objective, **static), frame.mask, **static)
     plain = step  # a step that is no checkpoint; where steps run eagerly, leave the rule out of it
     if backend.STEPS_RUN_EAGERLY:
-        plain = objective.step_function(
-            "apgd", update(objective, **static, checkpoint=False), **static, checkpoint=False
+        plain = step_function(
+            objective,
+            "apgd",
+            update(objective, **static, checkpoint=False),
+            frame.mask,
+            **static,
+            checkpoint=False,
         )
     lo, hi = clip or (0.0, 0.0)
     scalars = dict(eps=eps, lo=lo, hi=hi, rho=rho, momentum=momentum, freeze=float(freeze))
-    constants = {k: engine.scalar(v) for k, v in scalars.items()}
+    constants = {k: engine.scalar(v) for k, v in scalars.items()} | frame.tensors()
     (trainables, non_trainables), parts = objective.fixed(labels, targets)
     init = _init(objective, start, x0, len(labels), eps, norm, x_init is not None)
     results = []

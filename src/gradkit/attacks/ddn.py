@@ -38,6 +38,8 @@ def ddn(
     gamma=0.05,
     targeted=False,
     clip_values=None,
+    mask=None,
+    attack_inputs=None,
     batch_size=None,
     seed=0,
     output=None,
@@ -50,7 +52,7 @@ def ddn(
     decision rule, as in `gradkit.fmn`.
 
     Args:
-        model, x, clip_values, batch_size, output: as in `gradkit.fmn`.
+        model, x, clip_values, batch_size, output, mask, attack_inputs: as in `gradkit.fmn`.
         y: untargeted: true class ids (defaults to the predictions); targeted: the target class ids.
         steps: iterations, int >= 1. Defaults to 100.
         init_norm: the first radius eps, float > 0 (L2, input units). Defaults to 1.0.
@@ -67,7 +69,7 @@ def ddn(
 
     Raises:
         TypeError: `eps` given (use `gradkit.min_norm` or `gradkit.robustness_curve(..., attack="ddn")`),
-            another unknown keyword, several inputs.
+            another unknown keyword, several inputs of an ensemble.
         ValueError: `norm` other than 2, steps < 1, init_norm <= 0, gamma outside [0, 1], targeted
             without `y`, `x` outside `clip_values`; before any work.
 
@@ -90,6 +92,8 @@ def ddn(
         y,
         loss="ce",
         clip_values=clip_values,
+        mask=mask,
+        attack_inputs=attack_inputs,
         batch_size=batch_size,
         output=output,
         targeted=targeted,
@@ -109,9 +113,9 @@ def ddn(
         constants=dict(gamma=gamma),
         steps=steps,
         norm=2.0,
-        extra={"noise": _noise(x0, seed)},
+        extra={"noise": _noise(x0, seed) * (1.0 if frame.mask is None else frame.mask)},
     )
-    return x_adv
+    return frame.finish(x_adv)
 
 
 def update(objective, clip, targeted):

@@ -44,7 +44,7 @@ from keras import ops
 from gradkit import _checks, backend
 from gradkit.attacks import _engine as engine
 from gradkit.attacks import geometry
-from gradkit.attacks._frame import Frame
+from gradkit.attacks._frame import Frame, step_function
 from gradkit.gradients import AttackGradient, cached
 
 RESTART_RADIUS = {np.inf: 0.3, 2.0: 1.0, 1.0: 5.0}  # AutoAttack's default eps, for [0, 1] inputs
@@ -68,6 +68,8 @@ def fab(
     eta=1.05,
     beta=0.9,
     clip_values=None,
+    mask=None,
+    attack_inputs=None,
     batch_size=None,
     seed=0,
     output=None,
@@ -100,7 +102,9 @@ def fab(
         alpha_max: the largest weight of the step from `x0`, in [0, 1]. Defaults to 0.1.
         eta: overshoot of the projections, > 0. Defaults to 1.05.
         beta: the backward step towards `x0` after a success, in [0, 1]. Defaults to 0.9.
-        clip_values: None or `(min, max)`, the valid input range (the box of the projections).
+        clip_values: None or `(min, max)`, the valid input range (the box of the projections); or
+            per-feature arrays. mask, attack_inputs: as in `gradkit.apgd` (the norms are those of the
+            changeable features).
         batch_size: samples per compiled call (each takes `C` rows untargeted, 1 targeted). Defaults to
             None: min(256, next power of two >= n), at most 2**22 input values per call.
         seed: None or int >= 0 seeding the restarts' random starts (numpy). Defaults to 0.
@@ -122,7 +126,7 @@ def fab(
         ValueError: a norm other than inf, 2, 1; eps < 0; steps, n_restarts or n_target_classes < 1;
             alpha_max, beta outside [0, 1]; eta <= 0; FAB-T on fewer than 3 classes; labels out of
             range; `x` outside `clip_values`. Before any attack step.
-        TypeError: several inputs, non-integer counts, a non-bool `targeted`, a bad `model`.
+        TypeError: several inputs of an ensemble, non-integer counts, a non-bool `targeted`, a bad `model`.
 
     References:
         Croce & Hein (2020), https://arxiv.org/abs/1907.02044 (Algorithm 1, Section 3); Croce & Hein
@@ -138,6 +142,8 @@ def fab(
         y,
         loss="ce",
         clip_values=clip_values,
+        mask=mask,
+        attack_inputs=attack_inputs,
         batch_size=batch_size,
         output=output,
         objective=objective,
@@ -162,7 +168,7 @@ def fab(
             start = x0[rows]
             if restart:
                 radius = np.minimum(best_norm[rows], RESTART_RADIUS[norm] if eps is None else eps)
-                start = _random_start(start, radius, norm, frame.clip_values, rng)
+                start = frame.keep_masked(_random_start(start, radius, norm, frame.clip_values, rng), start)
             adv, size = run_rows(frame, rows, start, targets, args, options)
             adv, size = adv.reshape((len(group), len(idx)) + x0.shape[1:]), size.reshape(len(group), -1)
             first, cols = size.argmin(axis=0), np.arange(len(idx))  # each point's closest target
@@ -175,7 +181,7 @@ def fab(
     frame.norms[found] = geometry.norms(best[found].astype(np.float64) - x0[found].astype(np.float64), norm)
     frame.success = ~correct | (found if eps is None else found & (frame.norms <= eps))
     x_adv = np.where((frame.success & correct).reshape((-1,) + (1,) * (x0.ndim - 1)), best, x0)
-    return x_adv.astype(np.float32)
+    return frame.finish(x_adv.astype(np.float32))
 
 
 def _check(norm, eps, targeted, n_target_classes, steps, n_restarts, alpha_max, eta, beta, seed):
@@ -240,6 +246,7 @@ def run_rows(frame, idx, start, targets, args, options):
         norm=args["norm"],
         steps=args["steps"],
         bounds=frame.clip_values,
+        mask=frame.mask,
         n_rows=n_rows,
         alpha_max=args["alpha_max"],
         eta=args["eta"],
@@ -251,23 +258,44 @@ def run_rows(frame, idx, start, targets, args, options):
     return best[:m], best_norm[:m]
 
 
-def run(objective, x0, start, labels, targets, *, norm, steps, bounds, n_rows, alpha_max, eta, beta, batch):
+def run(
+    objective,
+    x0,
+    start,
+    labels,
+    targets,
+    *,
+    norm,
+    steps,
+    bounds,
+    n_rows,
+    alpha_max,
+    eta,
+    beta,
+    batch,
+    mask=None,
+):
     """One FAB run from `start` on `x0` `(m, ...)` (m a multiple of `batch`): `(best (m, ...), best_norm
     (m,))`, the smallest adversarial iterate per sample (best_norm inf where none was met).
 
     `objective` is the "logit_diff" `AttackGradient` (targeted: it reads the targets) compiled for
     `batch * n_rows` rows; `targets` `(m * n_rows,)` hold every class (`n_rows` = C) or the target.
+    Per-feature `bounds` and the `mask` are arrays `(1, ...)` (flattened here, as FAB's steps are).
     """
-    step = objective.step_function(
+    step = step_function(
+        objective,
         "fab",
         update(objective, norm, n_rows, bounds is not None),
+        mask,
         norm=norm,
         n_rows=n_rows,
         clip=bounds is not None,
     )
-    lo, hi = bounds or (0.0, 0.0)
+    lo, hi = (np.reshape(b, (1, -1)) if np.ndim(b) else b for b in bounds or (0.0, 0.0))
     scalars = dict(lo=lo, hi=hi, alpha_max=alpha_max, eta=eta, beta=beta)
     constants = {k: engine.scalar(v) for k, v in scalars.items()}
+    if mask is not None:  # the gradient is masked in x's shape
+        constants["mask"] = backend.to_tensor(mask)
     variables, parts = objective.fixed(np.repeat(labels, n_rows), targets)
     flat = math.prod(x0.shape[1:])
     best, best_norm = [], []

@@ -52,6 +52,8 @@ def fmn(
     starting_points=None,
     binary_search_steps=10,
     clip_values=None,
+    mask=None,
+    attack_inputs=None,
     batch_size=None,
     seed=0,
     output=None,
@@ -79,6 +81,7 @@ def fmn(
             search (`binary_search_steps` forward passes) on the way from `x` to them.
         binary_search_steps: int >= 0. Defaults to 10.
         clip_values: None (no box) or `(min, max)`. eps is capped at the largest norm inside the box.
+            Per-feature arrays too. mask, attack_inputs: as in `gradkit.apgd`.
         batch_size: rows per compiled call; defaults as in `gradkit.apgd`.
         seed: int >= 0 or None; FMN is deterministic (kept for a uniform signature). Defaults to 0.
         output: name or index of the attacked output of a multi-output model.
@@ -91,7 +94,8 @@ def fmn(
 
     Raises:
         TypeError: `eps` given (FMN takes none: use `gradkit.min_norm` or `gradkit.robustness_curve(...,
-            attack="fmn")` for accuracies at given eps), another unknown keyword, several inputs.
+            attack="fmn")` for accuracies at given eps), another unknown keyword, several inputs of an
+            ensemble.
         ValueError: a norm other than 0, 1, 2, inf; steps < 1; gamma outside [0, 1]; targeted without
             `y`; `x` outside `clip_values`; starting points not all adversarial; before any work.
 
@@ -111,6 +115,8 @@ def fmn(
         y,
         loss="margin",
         clip_values=clip_values,
+        mask=mask,
+        attack_inputs=attack_inputs,
         batch_size=batch_size,
         output=output,
         targeted=targeted,
@@ -137,7 +143,7 @@ def fmn(
         steps=steps,
         norm=norm,
     )
-    return x_adv
+    return frame.finish(x_adv)
 
 
 def refuse_eps(name, options):
@@ -235,7 +241,10 @@ def boundary_start(frame, starting_points, norm, steps):
         ValueError: `starting_points` misshaped or not all adversarial (before the loop).
     """
     objective, x0, labels, targeted = frame.objective, frame.x0, frame.labels, frame.targeted
+    if frame.inputs is not None:  # several inputs: their flat rows
+        starting_points = frame.inputs.flatten(starting_points)
     x1, _ = check_x(objective.ensemble.models[0], starting_points)
+    x1 = frame.keep_masked(x1) if x1.shape == x0.shape else x1  # the fixed features are the clean ones
     if x1.shape != x0.shape:
         raise ValueError(f"`starting_points` must be shaped like `x` {x0.shape}. Received: shape {x1.shape}")
 

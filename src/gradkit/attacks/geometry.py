@@ -136,19 +136,23 @@ def clip_tensor(x, lo, hi):
     return ops.minimum(ops.maximum(x, lo), hi)
 
 
-def project_and_clip_tensor(x, x0, eps, norm, bounds):
+def project_and_clip_tensor(x, x0, eps, norm, bounds, mask=None):
     """`x` projected onto the eps-ball around the clean `x0`, then clipped to the box.
 
     Args:
         x, x0: float tensors `(n, ...)`, the proposed points and the clean inputs.
         eps: a scalar tensor, the radius (an argument of the compiled step, so that another eps or range
-            reuses its trace).
+            reuses its trace); Linf: or a tensor broadcastable to one input `(1, ...)`, per feature.
         norm: np.inf, 2.0 or 1.0 (L1: the exact projection onto the L1-ball and the box).
-        bounds: None or `(lo, hi)` scalar tensors, the valid input range.
+        bounds: None or `(lo, hi)` tensors, the valid input range: scalars, or per feature `(1, ...)`.
+        mask: None, or a 0/1 tensor `(1, ...)`: the perturbation is multiplied by it first, so that the
+            features at 0 stay the clean ones bit for bit and the norm counts only the others.
 
     Returns:
         A tensor like `x`, inside the ball and the box.
     """
+    if mask is not None:
+        x = x0 + (x - x0) * ops.cast(mask, x.dtype)
     eps = ops.cast(eps, x.dtype)
     if norm == 1:
         return l1_tensor(x, x0, eps, bounds)
@@ -336,9 +340,12 @@ def steepest_l1(g, budget, lo=None, hi=None):
     return (np.sign(rows) * amount).reshape(np.shape(g))
 
 
-def project_and_clip(x, x0, eps, norm, clip_values):
-    """`project_and_clip_tensor` on numpy arrays, `clip_values` None or `(min, max)` floats (L1 in
-    float64); up to the rounding of `x0 + delta`, which `inside` undoes on returned examples."""
+def project_and_clip(x, x0, eps, norm, clip_values, mask=None):
+    """`project_and_clip_tensor` on numpy arrays, `clip_values` None or `(min, max)` floats or arrays
+    (L1 in float64), `mask` None or a 0/1 array; up to the rounding of `x0 + delta`, which `inside`
+    undoes on returned examples."""
+    if mask is not None:
+        x = x0 + (x - x0) * mask.astype(x0.dtype)
     if norm == 1:
         return _project_l1(x, x0, eps, clip_values)
     e = x0.dtype.type(eps)
@@ -411,12 +418,14 @@ def random_start(x0, eps, norm, rng):
     return x0 + delta.astype(x0.dtype)
 
 
-def worst_norm(x0, clip, norm):
-    """The largest norm a perturbation inside the box can have, per sample `(n,)` float32 (inf without a
-    box): the cap of a minimum-norm attack's radius, as in adv-lib."""
+def worst_norm(x0, clip, norm, mask=None):
+    """The largest norm a perturbation inside the box (on the features of `mask`, None: all) can have,
+    per sample `(n,)` float32 (inf without a box): the cap of a minimum-norm attack's radius, as in
+    adv-lib."""
     if clip is None:
         return np.full(len(x0), np.inf, np.float32)
-    far = np.maximum(x0 - clip[0], clip[1] - x0).reshape(len(x0), -1).astype(np.float64)
+    far = np.maximum(x0 - clip[0], clip[1] - x0)
+    far = (far if mask is None else far * mask).reshape(len(x0), -1).astype(np.float64)
     size = np.count_nonzero(far, axis=1) if norm == 0 else np.linalg.norm(far, ord=norm, axis=1)
     return size.astype(np.float32)
 
@@ -426,6 +435,8 @@ def inside(x, x0, eps, norm):
     0.10000002 from `x0`. Linf: the coordinates whose exact distance to `x0` exceeds eps move onto the
     nearest float inside the ball; L2 and L1: the rows whose norm (in float64) exceeds eps are scaled
     into the ball. Afterwards `|x - x0| <= eps` holds in `x`'s dtype and in float64."""
+    if norm == np.inf and np.ndim(eps):
+        return _inside_linf_features(x, x0, np.asarray(eps, np.float64))
     if norm == np.inf:
         limit = x.dtype.type(eps)  # the largest value of x's dtype that is <= eps
         limit = np.nextafter(limit, x.dtype.type(0)) if float(limit) > eps else limit
@@ -454,6 +465,20 @@ def _inside_linf(x, x0, limit, chunk=1 << 15):
             out = flat_x.copy()
         out[start : start + chunk] = np.minimum(np.maximum(a, _face(a0, -limit)), _face(a0, limit))
     return x if out is None else out.reshape(x.shape)
+
+
+def _inside_linf_features(x, x0, eps):
+    """`inside` for a per-feature Linf radius `eps` (float64, broadcastable to one input): the
+    coordinates farther than their eps from `x0` move onto the float nearest the face inside it."""
+    wide = x0.astype(np.float64)
+    for _ in range(3):  # the face rounded in x's dtype, then at most a float or two towards x0
+        far = np.abs(x.astype(np.float64) - wide) > eps
+        if not far.any():
+            return x
+        face = np.clip(x.astype(np.float64), wide - eps, wide + eps).astype(x.dtype)
+        face = np.where(np.abs(face.astype(np.float64) - wide) > eps, np.nextafter(face, x0), face)
+        x = np.where(far, face, x)
+    return x
 
 
 def _face(x0, step):

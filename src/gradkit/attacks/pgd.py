@@ -45,8 +45,8 @@ from keras import ops, tree
 
 from gradkit import _checks, backend
 from gradkit.attacks import _engine as engine
-from gradkit.attacks import geometry
-from gradkit.attacks._frame import Frame
+from gradkit.attacks import _inputs, geometry
+from gradkit.attacks._frame import Frame, check_clip, check_eps, step_function
 
 SINGLE_STEP = object()  # `eps_step` of FGSM: one step of size eps (a user's None is still rejected)
 KEEP = ("first_success", "last")
@@ -60,6 +60,8 @@ def fgsm(
     eps,
     norm=np.inf,
     clip_values=None,
+    mask=None,
+    attack_inputs=None,
     targeted=False,
     loss=None,
     batch_size=None,
@@ -88,10 +90,20 @@ def fgsm(
             classes (targeted). Defaults to None: the model's hard predictions (for an ensemble the
             weighted hard vote), which avoids label leaking (Kurakin et al. 2017).
         eps: size of the perturbation, a finite float >= 0 in input units; `eps=0` returns a copy of
-            `x`.
+            `x`. Linf: or a per-feature budget, an array >= 0 broadcastable to one input's shape
+            (several inputs: a dict `{name: eps}`); ValueError with another norm.
         norm: `np.inf` (or "inf", "linf"; default), `2` (or "l2") or `1` (or "l1").
         clip_values: None (default, no clipping) or `(min, max)` floats: the valid input range; `x`
-            must lie inside it and the result is clipped to it.
+            must lie inside it and the result is clipped to it. Or per feature `(lo, hi)` arrays
+            broadcastable to one input's shape (several inputs: one pair, or a dict `{name: (lo, hi)}`).
+        mask: None (default) or a 0/1 array broadcastable to one input's shape (several inputs: a dict
+            `{name: mask}`): 1 where a feature may change. The others stay bit-identical through the
+            start, every step and projection (their gradient is zeroed, so norms and directions count
+            only the changeable features).
+        attack_inputs: None (default: every input) or the names of the inputs of a model of several
+            inputs that may change; the others are held fixed. With it, a mask or per-feature or
+            per-input values, several inputs are attacked as one flat row (`gradkit.attacks.FlatInputs`:
+            Linf balls per input, one joint L2/L1 ball).
         targeted: False (default) increases the loss of `y`; True decreases it (moves towards `y`).
         loss: None (the model's compiled loss) or a loss as in `gradkit.InputGradient`.
         batch_size: rows per compiled call; None (default) attacks all of `x` in one call.
@@ -127,6 +139,8 @@ def fgsm(
         steps=1,
         norm=norm,
         clip_values=clip_values,
+        mask=mask,
+        attack_inputs=attack_inputs,
         targeted=targeted,
         loss=loss,
         batch_size=batch_size,
@@ -145,6 +159,8 @@ def bim(
     steps,
     norm=np.inf,
     clip_values=None,
+    mask=None,
+    attack_inputs=None,
     targeted=False,
     loss=None,
     batch_size=None,
@@ -168,9 +184,10 @@ def bim(
     the step loop runs in Python.
 
     Args:
-        model, x, y, norm, clip_values, targeted, loss, batch_size, output: as in `gradkit.fgsm`.
+        model, x, y, norm, clip_values, mask, attack_inputs, targeted, loss, batch_size, output: as in
+            `gradkit.fgsm`.
         eps: radius of the ball around `x`, a finite float >= 0 in input units; `eps=0` returns a copy
-            of `x`.
+            of `x`. Linf: or per feature, as in `gradkit.fgsm`.
         eps_step: step size, a finite float > 0 (commonly eps / steps to 2.5 * eps / steps).
         steps: number of steps, an int >= 1.
         objective: how an ensemble's members are combined into the objective: "loss_sum" (default,
@@ -210,6 +227,8 @@ def bim(
         steps=steps,
         norm=norm,
         clip_values=clip_values,
+        mask=mask,
+        attack_inputs=attack_inputs,
         targeted=targeted,
         loss=loss,
         batch_size=batch_size,
@@ -230,6 +249,8 @@ def pgd(
     steps,
     norm=np.inf,
     clip_values=None,
+    mask=None,
+    attack_inputs=None,
     targeted=False,
     loss=None,
     batch_size=None,
@@ -250,7 +271,8 @@ def pgd(
     `gradkit.bim`); with `random_start=False` PGD equals BIM exactly.
 
     Args:
-        model, x, y, norm, clip_values, targeted, loss, batch_size, output: as in `gradkit.fgsm`.
+        model, x, y, norm, clip_values, mask, attack_inputs, targeted, loss, batch_size, output: as in
+            `gradkit.fgsm`.
         eps, eps_step, steps: as in `gradkit.bim` (a common choice: eps_step = 2.5 * eps / steps).
         random_start: start from a random point of the ball (default True) or from `x`.
         seed: None (default: fresh randomness) or an int >= 0 seeding the random start.
@@ -282,6 +304,8 @@ def pgd(
         steps=steps,
         norm=norm,
         clip_values=clip_values,
+        mask=mask,
+        attack_inputs=attack_inputs,
         targeted=targeted,
         loss=loss,
         batch_size=batch_size,
@@ -295,18 +319,19 @@ def pgd(
 
 
 def _check(eps, eps_step, steps, norm, clip_values, targeted, random_start, seed, keep, batch_size):
-    eps = _checks.check_eps(eps)
+    eps = _checks.check_eps(eps) if np.ndim(eps) == 0 else eps
+    norm = _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS)
+    eps = check_eps(eps, norm)
     if eps_step is SINGLE_STEP:
         eps_step, steps = eps, 1
     else:
         eps_step, steps = _checks.check_eps_step(eps_step), _checks.check_steps(steps)
-    norm = _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS)
     return dict(
         eps=eps,
         eps_step=eps_step,
         steps=steps,
         norm=norm,
-        clip_values=_checks.check_clip_values(clip_values),
+        clip_values=check_clip(clip_values),
         targeted=_checks.check_flag(targeted, "targeted"),
         random_start=_checks.check_flag(random_start, "random_start"),
         seed=_checks.check_seed(seed),
@@ -329,6 +354,7 @@ def projected_loop(
     loss,
     batch_size,
     output,
+    mask=None,
     random_start=False,
     seed=None,
     objective="loss_sum",
@@ -337,12 +363,19 @@ def projected_loop(
     eot_iter=1,
     surrogate=None,
     preprocessing=None,
+    attack_inputs=None,
 ):
     """Validates every argument, then runs the projected gradient loop (see the module docstring).
 
     `eps_step=SINGLE_STEP` means one step of size `eps` (FGSM). Returns arrays shaped like `x`, in its
-    structure, with the model's input dtype.
+    structure, with the model's input dtype. Several inputs with `attack_inputs`, a mask, per-feature or
+    per-input bounds or per-input eps are attacked as one flat row (`_inputs.FlatInputs`).
     """
+    flat = None
+    if _inputs.is_several(model, x) and _per_input(eps, clip_values, mask, attack_inputs):
+        flat = _inputs.FlatInputs(model, x, attack_inputs=attack_inputs, clip_values=clip_values, mask=mask)
+        model, x, clip_values, mask = flat.model, flat.x, flat.clip_values, flat.mask
+        eps = flat.eps(eps, _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS))
     a = _check(eps, eps_step, steps, norm, clip_values, targeted, random_start, seed, keep, batch_size)
     if a["targeted"] and y is None:
         raise ValueError("`y` (the target classes) is required when targeted=True. Received: y=None")
@@ -356,6 +389,7 @@ def projected_loop(
         y,
         loss=loss,
         clip_values=a["clip_values"],
+        mask=mask,
         batch_size=a["batch_size"],
         output=output,
         objective=objective,
@@ -364,14 +398,30 @@ def projected_loop(
         eot_iter=eot_iter,
         surrogate=surrogate,
         preprocessing=preprocessing,
+        attack_inputs=None if flat else attack_inputs,
     )
-    if a["eps"] == 0:
-        return tree.map_structure(np.copy, frame.x0)
+    frame.inputs = flat
+    if not np.any(a["eps"]):
+        return frame.finish(tree.map_structure(np.copy, frame.x0))
+    a["clip_values"], a["mask"] = frame.clip_values, frame.mask  # broadcast to one input's shape
     if frame.objective is None:
         x_adv = _on_host(frame, a)
     else:
         x_adv = _on_device(frame, a)
-    return tree.map_structure(lambda xa, x: geometry.inside(xa, x, a["eps"], a["norm"]), x_adv, frame.x0)
+    x_adv = tree.map_structure(lambda xa, x: geometry.inside(xa, x, a["eps"], a["norm"]), x_adv, frame.x0)
+    return frame.finish(x_adv)
+
+
+def _per_input(eps, clip_values, mask, attack_inputs):
+    """Whether several inputs need the flat row: input names, a mask, per-input or per-feature values."""
+    if (
+        attack_inputs is not None
+        or mask is not None
+        or isinstance(eps, dict)
+        or isinstance(clip_values, dict)
+    ):
+        return True
+    return isinstance(clip_values, (tuple, list)) and any(np.ndim(b) for b in clip_values)
 
 
 def _update(frame, norm, targeted, track, clip):
@@ -434,9 +484,8 @@ def _start(x0, a):
     rng = np.random.RandomState(a["seed"])
 
     def draw(x):
-        return geometry.project_and_clip(
-            geometry.random_start(x, a["eps"], a["norm"], rng), x, a["eps"], a["norm"], a["clip_values"]
-        )
+        start = geometry.random_start(x, a["eps"], a["norm"], rng)
+        return geometry.project_and_clip(start, x, a["eps"], a["norm"], a["clip_values"], a["mask"])
 
     return tree.map_structure(draw, x0)
 
@@ -448,9 +497,11 @@ def _on_device(frame, a):
     track = a["keep"] == "first_success"
     objective, x0, labels = frame.objective, frame.x0, frame.labels
     x_start = _start(x0, a)
-    compiled = objective.step_function(
+    compiled = step_function(
+        objective,
         "pgd",
         _update(frame, norm, targeted, track, clip),
+        frame.mask,
         norm=norm,
         targeted=targeted,
         track=track,
@@ -458,6 +509,7 @@ def _on_device(frame, a):
     )
     lo, hi = a["clip_values"] or (0.0, 0.0)
     constants = {k: engine.scalar(v) for k, v in dict(eps=a["eps"], size=a["eps_step"], lo=lo, hi=hi).items()}
+    constants.update(frame.tensors())
     n = len(labels)
 
     def init(start, stop, pad):
@@ -494,6 +546,7 @@ def _on_host(frame, a):
     weights = np.ones(n, np.float32)
 
     def update(xa, x, g):
+        g = g if a["mask"] is None else g * a["mask"]  # no step on the features held fixed
         if norm == 1:  # the steepest step inside the box, as on the device
             lo, hi = (None, None) if clip_values is None else (clip_values[0] - xa, clip_values[1] - xa)
             moved = xa + geometry.steepest_l1(np.sign(size) * g, abs(size), lo, hi).astype(xa.dtype)

@@ -186,6 +186,7 @@ def _projected(name, model, x, y, common, options):
         seed=common["seed"],
         objective=options["objective"],
         keep=keep,
+        mask=options.pop("mask", None),
         **gradient,
     )
     # the loop reads each member's output as the APGD objectives do (logits, or log-probabilities)

@@ -67,6 +67,8 @@ def square(
     seed=None,
     data_format=None,
     preprocessing=None,
+    mask=None,
+    attack_inputs=None,
 ):
     """The Square Attack (Andriushchenko et al. 2020): random search with square-shaped updates.
 
@@ -86,8 +88,9 @@ def square(
         n_queries: forward passes per sample, the start included, int >= 1. Defaults to 5000.
         p_init: initial fraction of the input changed per query, in (0, 1]. Defaults to 0.8.
         targeted: False (default) or True (pull towards the classes `y`).
-        clip_values, batch_size, output, objective: as in `gradkit.apgd` (objective "vote_margin" uses
-            the margin of the smoothed weighted vote).
+        clip_values, batch_size, output, objective, mask, attack_inputs: as in `gradkit.apgd`
+            (objective "vote_margin" uses the margin of the smoothed weighted vote; windows and the
+            start change only the features of `mask`).
         seed: None or int >= 0 seeding the random search (the start in numpy, the proposals with
             the backend's random ops inside the compiled step).
         data_format: None (default: the model's layout, from the `data_format` of its convolution and
@@ -104,7 +107,7 @@ def square(
         ValueError: eps < 0, n_queries < 1, p_init outside (0, 1], a bad norm or labels, `targeted`
             without `y`, a bad `data_format`, or image inputs of a model whose layers mix both layouts
             without `data_format`; before any work.
-        TypeError: several inputs, non-integer `n_queries`, a bad `model`.
+        TypeError: several inputs of an ensemble, non-integer `n_queries`, a bad `model`.
 
     References:
         Andriushchenko, Croce, Flammarion & Hein (2020), https://arxiv.org/abs/1912.00049; Croce &
@@ -122,6 +125,8 @@ def square(
         y,
         loss="margin",
         clip_values=clip_values,
+        mask=mask,
+        attack_inputs=attack_inputs,
         batch_size=batch_size,
         output=output,
         objective=objective,
@@ -131,9 +136,8 @@ def square(
     )
     layout = _layout(frame, data_format)
     if eps == 0:
-        x_adv = frame.x0.copy()
-        frame.success = frame.predict(x_adv) != frame.labels
-        return x_adv
+        frame.success = frame.predict(frame.x0) != frame.labels
+        return frame.finish(frame.x0.copy())
     targets = frame.labels if frame.targeted else None
     x_adv, frame.success, _ = run(
         frame,
@@ -147,7 +151,7 @@ def square(
         rng=np.random.default_rng(seed),
         layout=layout,
     )
-    return geometry.inside(x_adv, frame.x0, eps, norm)
+    return frame.finish(geometry.inside(x_adv, frame.x0, eps, norm))
 
 
 def _layout(frame, data_format):
@@ -171,9 +175,11 @@ def run(frame, x0, labels, targets, *, eps, norm, n_queries, p_init, rng, layout
     `np.random.Generator`); the queried rows are added to `frame.n_forwards`. `layout`: the layout of
     `x0`'s images, "channels_last" or "channels_first"."""
     image = as_image(channels_last(x0, layout)).shape[1:]
-    start, rows, tensors = _constants(frame.clip_values, x0, eps, norm, n_queries, p_init, rng, layout)
+    box = tuple(b if np.ndim(b) == 0 else as_image(channels_last(b, layout)) for b in frame.clip_values or ())
+    mask = None if frame.mask is None else as_image(channels_last(frame.mask, layout))
+    start, rows, tensors = _constants(box or None, x0, eps, norm, n_queries, p_init, rng, layout, mask)
     objective, clip = frame.objective, frame.clip_values is not None
-    static = dict(norm=norm, targeted=targets is not None, clip=clip)
+    static = dict(norm=norm, targeted=targets is not None, clip=clip, mask=mask is not None)
     parts = _step(objective, image, x0.shape[1:], layout, **static)
     step = objective.search_function("square", *parts, image=image, layout=layout, **static)
     (trainables, non_trainables), parts = objective.fixed(labels, targets)
@@ -202,7 +208,7 @@ def run(frame, x0, labels, targets, *, eps, norm, n_queries, p_init, rng, layout
     return np.concatenate(out["x"]), np.concatenate(out["success"]), used
 
 
-def _step(objective, image, sample, layout, *, norm, targeted, clip):
+def _step(objective, image, sample, layout, *, norm, targeted, clip, mask):
     """The step as `(propose, keep, draws)` (`backend.compile_search`): `propose(state, fixed, u)` the
     candidate from `draws` uniform numbers per row, then `keep(state, fixed, candidate, (values,
     logits))` the next state: a candidate is kept where its loss rises or it succeeds. `image` is the
@@ -246,7 +252,9 @@ def _propose(state, fixed, u, best, norm, clip):
         return linf_proposal(best, (fixed["plus"], fixed["minus"]), sides, u, empty=first)
     bounds = (fixed["lo"], fixed["hi"]) if clip else None
     proposal = l1_proposal if norm == 1 else l2_proposal
-    cand = proposal(best, fixed["x0"], fixed["eps"], fixed["patterns"], stage, sides, u, bounds)
+    cand = proposal(
+        best, fixed["x0"], fixed["eps"], fixed["patterns"], stage, sides, u, bounds, fixed.get("mask")
+    )
     return ops.where(first, best, cand)
 
 
@@ -413,7 +421,7 @@ def _two_windows(best, patterns, stage, sides, u):
     return _channels(mask1), _channels(mask2), bump * signs
 
 
-def l2_proposal(best, x0, eps, patterns, stage, sides, u, bounds):
+def l2_proposal(best, x0, eps, patterns, stage, sides, u, bounds, mask=None):
     """Algorithm 3's update: window 2 emptied into window 1 (plus a bump of the stage's pattern with a
     random sign per channel), rescaled to norm eps, projected and clipped; `u` the draws."""
     c = best.shape[-1]
@@ -424,12 +432,12 @@ def l2_proposal(best, x0, eps, patterns, stage, sides, u, bounds):
     room = ops.maximum(eps**2 - ops.square(geometry.per_sample_norm_tensor(delta)), 0.0) / c
     new = bump + delta * m1 / (1e-10 + norm_w1)
     new = new / ops.maximum(_sums(new), geometry.TINY) * ops.sqrt(room + ops.square(norm_both))
-    delta = ops.where(m1 > 0, new, ops.where(m2 > 0, 0.0, delta))
+    delta = ops.where(m1 > 0, new, ops.where(m2 > 0, 0.0, delta)) * (1.0 if mask is None else mask)
     delta = eps * delta / ops.maximum(geometry.per_sample_norm_tensor(delta), geometry.TINY)
     return geometry.project_and_clip_tensor(x0 + delta, x0, eps, 2, bounds)
 
 
-def l1_proposal(best, x0, eps, patterns, stage, sides, u, bounds):
+def l1_proposal(best, x0, eps, patterns, stage, sides, u, bounds, mask=None):
     """AutoAttack's L1 update: window 1 gets the L1 bump plus its old content, scaled to the budget left
     plus both windows' mass; window 2 is emptied; then the exact projection onto the L1-ball and the
     box; `u` the draws."""
@@ -441,7 +449,7 @@ def l1_proposal(best, x0, eps, patterns, stage, sides, u, bounds):
     room = ops.maximum(eps - ops.sum(ops.abs(delta), axis=(1, 2, 3), keepdims=True), 0.0) / c
     new = bump + delta * m1 / (1e-12 + norm_w1)
     new = new / (1e-12 + _sums(new, 1)) * (room + norm_both) * c
-    delta = ops.where(m1 > 0, new, ops.where(m2 > 0, 0.0, delta))
+    delta = ops.where(m1 > 0, new, ops.where(m2 > 0, 0.0, delta)) * (1.0 if mask is None else mask)
     return geometry.project_and_clip_tensor(x0 + delta, x0, eps, 1, bounds)
 
 
@@ -475,16 +483,16 @@ def schedule(p_init, n_queries, h, w, norm):
     return np.asarray(starts, np.int32), sides, patterns
 
 
-def _constants(clip, x0, eps, norm, n_queries, p_init, rng, layout="channels_last"):
+def _constants(clip, x0, eps, norm, n_queries, p_init, rng, layout="channels_last", mask=None):
     """`(start, per-row constants on the host, scalar and table tensors)` of an attack; the start in
     `x0`'s layout, the per-row constants as channels-last images."""
     img0 = as_image(channels_last(x0, layout))
     init = {np.inf: linf_init, 2.0: l2_init, 1.0: l1_init}[norm]
     start = from_channels_last(
-        geometry.project_and_clip(init(img0, eps, rng), img0, eps, norm, clip), x0, layout
+        geometry.project_and_clip(init(img0, eps, rng), img0, eps, norm, clip, mask), x0, layout
     )
     if norm == np.inf:
-        rows = dict(zip(("plus", "minus"), linf_ends(img0, eps, clip)))
+        rows = dict(zip(("plus", "minus"), linf_ends(img0, eps, clip, mask)))
     else:
         rows = {"x0": img0}
     starts, sides, patterns = schedule(p_init, n_queries, *img0.shape[1:3], norm)
@@ -493,6 +501,8 @@ def _constants(clip, x0, eps, norm, n_queries, p_init, rng, layout="channels_las
     tensors.update(starts=backend.to_tensor(starts), sides=backend.to_tensor(sides))
     if norm != np.inf:
         tensors["patterns"] = backend.to_tensor(patterns)
+    if mask is not None:
+        tensors["mask"] = backend.to_tensor(mask)
     return start, rows, tensors
 
 
@@ -584,7 +594,7 @@ def l1_init(x0, eps, rng):
     return l2_init(x0, eps, rng, norm=1)
 
 
-def linf_ends(x0, eps, clip_values):
+def linf_ends(x0, eps, clip_values, mask=None):
     """The two corners `[x0 + eps, x0 - eps]`, each projected and clipped, that Linf windows take."""
     e = x0.dtype.type(eps)
-    return [geometry.project_and_clip(x0 + e * s, x0, eps, np.inf, clip_values) for s in (1, -1)]
+    return [geometry.project_and_clip(x0 + e * s, x0, eps, np.inf, clip_values, mask) for s in (1, -1)]

@@ -6,6 +6,7 @@ import keras
 import numpy as np
 
 from gradkit import _checks, backend
+from gradkit._checks import broadcast_box, check_clip, check_mask
 from gradkit.certificates import _graph, crown, ibp
 from gradkit.gradients import affine_of, cached
 
@@ -45,7 +46,7 @@ class Certificate:
         )
 
 
-def _check(model, x, eps, norm, method, clip_values, batch_size, preprocessing=None):
+def _check(model, x, eps, norm, method, clip_values, batch_size, preprocessing=None, mask=None):
     if not isinstance(model, keras.Model):
         _checks.fail("model", "a Keras model", type(model).__name__, TypeError)
     model, affine = affine_of(preprocessing, model)
@@ -57,7 +58,11 @@ def _check(model, x, eps, norm, method, clip_values, batch_size, preprocessing=N
             "`preprocessing` must have one std for an L2 ball (a per-channel std maps it to an ellipsoid, "
             f"which has no bound rule). Received: std={affine[1].tolist()} with norm='l2'"
         )
-    clip_values = _checks.check_clip_values(clip_values)
+    clip_values, mask = check_clip(clip_values), check_mask(mask)
+    if mask is not None and norm != np.inf:
+        _checks.fail(
+            "mask", "None for norm='l2' (a mask of the L2 ball is not bounded here; use linf)", "an array"
+        )
     batch_size = None if batch_size is None else _checks.check_batch_size(batch_size)
     plan = cached(model, "certify-plan", lambda: _graph.plan(model))
     x = np.asarray(x, dtype=np.float32) if not isinstance(x, np.ndarray) else x.astype(np.float32, copy=False)
@@ -65,9 +70,13 @@ def _check(model, x, eps, norm, method, clip_values, batch_size, preprocessing=N
         _checks.fail("x", f"an array of shape (n, {', '.join(map(str, plan.shapes[plan.input]))})", x.shape)
     if not np.all(np.isfinite(x)):
         _checks.fail("x", "finite values", "an array with NaN or inf")
-    if clip_values is not None and (x.min() < clip_values[0] or x.max() > clip_values[1]):
+    if clip_values is not None and np.ndim(clip_values[0]) or mask is not None:  # per feature, or a mask
+        clip_values, mask = broadcast_box(clip_values, mask, x)
+        if clip_values is not None and (np.any(x < clip_values[0]) or np.any(x > clip_values[1])):
+            _checks.fail("x", "values inside their per-feature clip_values", f"array of shape {x.shape}")
+    elif clip_values is not None and (x.min() < clip_values[0] or x.max() > clip_values[1]):
         _checks.fail("x", f"values inside clip_values {clip_values}", f"range [{x.min():g}, {x.max():g}]")
-    return model, affine, plan, x, eps, norm, method, clip_values, batch_size
+    return model, affine, plan, x, eps, norm, method, clip_values, batch_size, mask
 
 
 def _labels(y, n, n_classes):
@@ -92,15 +101,21 @@ def _spec(labels, n_classes):
     return eye[labels][:, None, :] - eye[None]
 
 
-def _box(x, eps, norm, clip_values, affine=None):
-    """`(x0, xl, xu, eps)` flat float32 arrays: the point, the box part of its set, the radius; with an
-    affine preprocessing `(mean, std)`, mapped into the model's units by u = (x - mean) / std (increasing
-    per feature: the box maps onto a box, exactly; an L2 ball of one std onto the ball of radius eps / std;
-    the Linf bound reads the box alone)."""
+def _box(x, eps, norm, clip_values, affine=None, mask=None):
+    """`(x0, xl, xu, eps)` flat float32 arrays: the point, the box part of its set, the radius. Bounds
+    may be per feature (arrays `(1, ...)`); the features `mask` (None, or 0/1 `(1, ...)`) holds fixed
+    have `xl = xu = x0` (Linf). With an affine preprocessing `(mean, std)`, mapped into the model's units
+    by u = (x - mean) / std (increasing per feature: the box maps onto a box, exactly; an L2 ball of one
+    std onto the ball of radius eps / std; the Linf bound reads the box alone)."""
     x0 = x.reshape(len(x), int(np.prod(x.shape[1:])))
     xl, xu = x0 - eps, x0 + eps
+    if clip_values is not None and np.ndim(clip_values[0]):
+        clip_values = tuple(np.reshape(b, (1, -1)) for b in clip_values)
     if clip_values is not None:
         xl, xu = np.maximum(xl, clip_values[0]), np.minimum(xu, clip_values[1])
+    if mask is not None:
+        fixed = np.reshape(mask, (1, -1)) == 0
+        xl, xu = np.where(fixed, x0, xl), np.where(fixed, x0, xu)
     radius = np.full(len(x), eps, np.float32)
     if affine is not None:
         mean, std = (np.broadcast_to(a, x.shape[1:]).reshape(-1) for a in affine)
@@ -134,13 +149,13 @@ def _rows_per_block(plan, method, n_specs, batch_size):
     return int(max(1, min(256, _ENTRIES // max(1, 2 * max(widest, n_specs) * widest))))
 
 
-def _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_size, affine=None):
+def _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_size, affine=None, mask=None):
     """Lower bounds `(n, S)` of `spec . logits` over each point's set, block by block."""
     build = lambda: backend.compile_forward(_bound_fn(plan, norm, method))  # noqa: E731
     fn = cached(model, "certify", build, norm=norm, method=method)
     trainable = backend.variable_values(model.trainable_variables)
     non_trainable = backend.variable_values(model.non_trainable_variables)
-    x0, xl, xu, radius = _box(x, eps, norm, clip_values, affine)
+    x0, xl, xu, radius = _box(x, eps, norm, clip_values, affine, mask)
     rows, out = _rows_per_block(plan, method, spec.shape[1], batch_size), []
     for start in range(0, len(x), rows):
         block = slice(start, start + rows)
@@ -150,7 +165,17 @@ def _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_si
 
 
 def certify(
-    model, x, y, eps, *, norm="linf", method="crown", clip_values=None, batch_size=None, preprocessing=None
+    model,
+    x,
+    y,
+    eps,
+    *,
+    norm="linf",
+    method="crown",
+    clip_values=None,
+    batch_size=None,
+    preprocessing=None,
+    mask=None,
 ):
     """Certified lower bounds of the margins z_y - z_j of a classifier over an eps-ball around each point.
 
@@ -170,13 +195,16 @@ def certify(
             neuron; never looser than IBP) or "crown-ibp" (one backward pass from the margins on IBP's
             intermediate bounds, Zhang et al. 2020: between the two in cost and tightness). Defaults to
             "crown".
-        clip_values: None or `(lo, hi)`, the valid input range the set is intersected with.
+        clip_values: None or `(lo, hi)`, the valid input range the set is intersected with: floats, or
+            arrays broadcastable to one input's shape (per feature).
         batch_size: rows per compiled call; None picks 256 for IBP and what fits 128 MiB for CROWN.
         preprocessing: None (default) or `(mean, std)` (floats or arrays broadcastable to one input's
             shape): the model sees `(x - mean) / std`, while `x`, eps and `clip_values` are in the units
             of `x` (pixels). The affine map is folded into the input set (a box maps onto a box; L2 needs
             one std). A model built by `gradkit.gradients.preprocessed` (what the attacks'
             `preprocessing=` attacks) is read as its inner model and its preprocessing.
+        mask: None (default) or a 0/1 array broadcastable to one input's shape, Linf only: the features
+            at 0 stay at x (their interval is the point itself).
 
     Returns:
         A `Certificate` with `certified` `(n,)` bool, `margins` `(n, C)` and `certified_accuracy`.
@@ -195,13 +223,13 @@ def certify(
         "Towards stable and efficient training of verifiably robust neural networks" (CROWN-IBP), ICLR,
         https://arxiv.org/abs/1906.06316.
     """
-    model, affine, plan, x, eps, norm, method, clip_values, batch_size = _check(
-        model, x, eps, norm, method, clip_values, batch_size, preprocessing
+    model, affine, plan, x, eps, norm, method, clip_values, batch_size, mask = _check(
+        model, x, eps, norm, method, clip_values, batch_size, preprocessing, mask
     )
     n_classes = int(np.prod(plan.shapes[plan.output]))
     labels = _labels(y, len(x), n_classes)
     spec = _spec(labels, n_classes)
-    low = _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_size, affine)
+    low = _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_size, affine, mask)
     if n_classes == 1:  # margins of the two classes: the bound of +-z at the other class
         margins = np.full((len(x), 2), np.inf, np.float32)
         margins[np.arange(len(x)), 1 - labels] = low[:, 0]
@@ -213,12 +241,21 @@ def certify(
 
 
 def output_bounds(
-    model, x, eps, *, norm="linf", method="crown", clip_values=None, batch_size=None, preprocessing=None
+    model,
+    x,
+    eps,
+    *,
+    norm="linf",
+    method="crown",
+    clip_values=None,
+    batch_size=None,
+    preprocessing=None,
+    mask=None,
 ):
     """Lower and upper bounds of a classifier's logits over an eps-ball around each point.
 
     Args:
-        model, x, eps, norm, method, clip_values, batch_size, preprocessing: as in `certify`.
+        model, x, eps, norm, method, clip_values, batch_size, preprocessing, mask: as in `certify`.
 
     Returns:
         `(lower, upper)`, float32 arrays shaped like the model's output `(n, *output_shape)`: every
@@ -227,12 +264,12 @@ def output_bounds(
     Raises:
         ValueError, TypeError: as in `certify`.
     """
-    model, affine, plan, x, eps, norm, method, clip_values, batch_size = _check(
-        model, x, eps, norm, method, clip_values, batch_size, preprocessing
+    model, affine, plan, x, eps, norm, method, clip_values, batch_size, mask = _check(
+        model, x, eps, norm, method, clip_values, batch_size, preprocessing, mask
     )
     k = int(np.prod(plan.shapes[plan.output]))
     eye = np.eye(k, dtype=np.float32)
     spec = np.broadcast_to(np.concatenate([eye, -eye])[None], (len(x), 2 * k, k)).copy()
-    low = _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_size, affine)
+    low = _lower_bounds(model, plan, x, spec, eps, norm, method, clip_values, batch_size, affine, mask)
     shape = (len(x),) + tuple(plan.shapes[plan.output])
     return low[:, :k].reshape(shape), (-low[:, k:]).reshape(shape)

@@ -10,6 +10,8 @@ interrupted command resumes at the next unfinished block and says what it reused
 import os
 import sys
 
+import numpy as np
+
 from gradkit import _quiet
 from gradkit.cli import _messages, _resume, _torch_module
 from gradkit.cli._parser import eps_list, mean_std, number_list, word_list
@@ -116,7 +118,12 @@ def add_parser(commands):
     add("--seed", type=int, default=0, help="seed of the random starts and searches (default: 0)")
     add("--steps", type=int, default=100, help="APGD iterations (default: 100)")
     add("--n-queries", type=int, default=5000, help="Square's queries (default: 5000)")
-    add("--clip-values", type=number_list(float), default=[0.0, 1.0], help="input range lo,hi (default: 0,1)")
+    add(
+        "--clip-values",
+        type=_clip_values,
+        default=[0.0, 1.0],
+        help="input range lo,hi (default: 0,1), or per-feature bounds lo.npy,hi.npy or a .npz of lo and hi",
+    )
     add(
         "--preprocess",
         type=mean_std("--preprocess"),
@@ -124,6 +131,12 @@ def add_parser(commands):
         help="the model sees (x - mean) / std while eps and --clip-values stay in DATA's units (pixels): "
         "MEAN/STD, each a number or one per channel (the last axis; images of --torch-module: the "
         "first), e.g. 0.485,0.456,0.406/0.229,0.224,0.225 (default: none)",
+    )
+    add("--mask", help="a .npy of 0/1 (1: the feature may change), or a .npz of one mask per input name")
+    add(
+        "--attack-inputs",
+        type=lambda text: [name.strip() for name in text.split(",")],
+        help="a model of several inputs (DATA: one array per input name): the inputs attacked (default: all)",
     )
     add("--model-fn", help="module:function building the model whose weights MODEL holds")
     add(
@@ -152,6 +165,12 @@ def add_parser(commands):
     return command
 
 
+def _clip_values(text):
+    """`--clip-values`' type: "lo,hi" as two floats, or the file names of per-feature bounds
+    ("lo.npy,hi.npy" or "box.npz"), kept as given (read by `cli._inputs.load_clip_values`)."""
+    return text if text.lower().endswith((".npy", ".npz")) else number_list(float)(text)
+
+
 def _fail(message):
     print(f"gradkit evaluate: error: {message}", file=sys.stderr)
     return 2
@@ -168,22 +187,27 @@ def _prepare(args, inputs):
             "`--n-classes` is for --model-fn only (and --torch-module): a saved model knows its classes"
         )
     _messages.check_attacks(args.attacks, attacks.NAMES)
+    clip = inputs.load_clip_values(args.clip_values)
     if os.path.isdir(args.data):  # images in class sub-folders: a stream, checked block by block
         x, y = _images.image_folder(args.data, args.image_size, args.batch_size, args.n_points), None
         n_classes, input_shape = args.n_classes or len(x.class_names), x.input_shape
     else:
         x, y, _ = inputs.load_data(args.data)
         n_classes = args.n_classes or inputs.classes_in(y)  # all of DATA's labels, not the first N points'
-        x, y = x[: args.n_points], y[: args.n_points]
-        _messages.check_data_range(x, args.clip_values)
-        input_shape = x.shape[1:]
+        cut = slice(None, args.n_points)
+        x, y = ({k: a[cut] for k, a in x.items()} if isinstance(x, dict) else x[cut]), y[cut]
+        if not isinstance(x, dict) and not np.ndim(clip[0]):
+            _messages.check_data_range(x, clip)
+        input_shape = None if isinstance(x, dict) else x.shape[1:]
     shapes = {"input_shape": input_shape, "n_classes": n_classes, "torch_module": args.torch_module}
     model = inputs.load_model(args.model, args.model_fn, **shapes)
     options = {
         "epsilons": sorted(set(args.eps)),
         "norm": args.norm,
         "attacks": args.attacks or args.suite,
-        "clip_values": tuple(args.clip_values),
+        "clip_values": clip,
+        "mask": inputs.load_mask(args.mask),
+        "attack_inputs": args.attack_inputs,
         "batch_size": args.batch_size,
         "seed": args.seed,
         "steps": args.steps,
@@ -204,7 +228,7 @@ def _prepare(args, inputs):
         k, n = args.shard
         if not 1 <= k <= n:
             raise ValueError(f"`--shard` must be K/N with 1 <= K <= N. Received: {k}/{n}")
-        options["rows"] = evaluation.shard_rows(len(x), k - 1, n, args.batch_size, name="--shard")
+        options["rows"] = evaluation.shard_rows(len(y), k - 1, n, args.batch_size, name="--shard")
     return model, x, y, options
 
 

@@ -5,7 +5,10 @@ MODEL: a `.keras` file (`keras.saving.load_model`), a folder a boosting estimato
 file loaded into the model the function builds, or with `--torch-module module:function` a state_dict
 `.pt`/`.pth` (or "-": the module's own weights) loaded into the `torch.nn.Module` the function builds,
 wrapped by `gradkit.from_torch`. DATA: a `.npz` holding `x_test` and `y_test` (or `x`
-and `y`), or one of the study's data set names (its test split, as `gradkit study` made it with seed 0).
+and `y`), or one of the study's data set names (its test split, as `gradkit study` made it with seed 0);
+for a model of several inputs a `.npz` of `y` (or `y_test`) and one array per input name.
+`--clip-values` is lo,hi or per-feature bounds from files (`lo.npy,hi.npy`, or a `.npz` of `lo` and
+`hi`); `--mask` a `.npy` (or for several inputs a `.npz` of one mask per input name).
 """
 
 import importlib
@@ -147,6 +150,9 @@ def _from_npz(path):
                 if xk in data.files and yk in data.files:
                     return data[xk], data[yk]
             files = data.files
+            labels = [k for k in ("y_test", "y") if k in files]
+            if labels and len(files) > 2:  # several inputs: one array per input name
+                return {k: data[k] for k in files if k not in labels}, data[labels[0]]
     except Exception as err:  # noqa: BLE001 - zip, pickle and format errors all mean "unreadable"
         raise InputError(f"`DATA` {path!r} is not a readable .npz of numeric arrays ({err})") from err
     raise InputError(f"`DATA` {path!r} must hold x_test and y_test (or x and y). Received: keys {files}")
@@ -164,12 +170,55 @@ def load_data(source):
         except study.DatasetError as err:
             raise InputError(f"`DATA`: {err}") from err
         x, y = data.x_test, data.y_test
+    if isinstance(x, dict):
+        if any(not np.issubdtype(a.dtype, np.number) or len(a) != len(y) for a in x.values()):
+            raise InputError(
+                "`DATA` must hold numeric inputs and y of one length. Received: "
+                + ", ".join(f"{k} {a.dtype} {a.shape}" for k, a in x.items())
+                + f", y {np.shape(y)}"
+            )
+        return {k: np.asarray(a, np.float32) for k, a in x.items()}, np.asarray(y), str(source)
     if not np.issubdtype(np.asarray(x).dtype, np.number) or len(x) != len(y):
         raise InputError(
             f"`DATA` must hold numeric x and y of one length. Received: x {np.asarray(x).dtype} "
             f"{np.shape(x)}, y {np.shape(y)}"
         )
     return np.asarray(x, np.float32), np.asarray(y), str(source)
+
+
+def _array(path, flag):
+    """The array of a .npy, or the arrays of a .npz by name; InputError naming `flag` otherwise."""
+    if not os.path.isfile(path):
+        raise InputError(f"`{flag}` file does not exist. Received: {path!r}")
+    try:
+        data = np.load(path, allow_pickle=False)
+    except Exception as err:  # noqa: BLE001 - any format error means "unreadable"
+        raise InputError(f"`{flag}` {path!r} is not a readable .npy or .npz ({err})") from err
+    if isinstance(data, np.ndarray):
+        return data
+    with data:
+        return {k: np.asarray(data[k]) for k in data.files}
+
+
+def load_clip_values(spec):
+    """`--clip-values` as `evaluate` takes it: `(lo, hi)` floats, or per-feature float32 arrays from
+    "lo.npy,hi.npy" or an .npz holding `lo` and `hi`."""
+    if not isinstance(spec, str):
+        return tuple(spec)
+    if spec.lower().endswith(".npz"):
+        data = _array(spec, "--clip-values")
+        if not isinstance(data, dict) or not {"lo", "hi"} <= set(data):
+            raise InputError(f"`--clip-values` {spec!r} must hold arrays lo and hi. Received: {sorted(data)}")
+        return np.asarray(data["lo"], np.float32), np.asarray(data["hi"], np.float32)
+    names = spec.split(",")
+    if len(names) != 2:
+        raise InputError(f"`--clip-values` must be lo.npy,hi.npy or a .npz of lo and hi. Received: {spec!r}")
+    return tuple(np.asarray(_array(name, "--clip-values"), np.float32) for name in names)
+
+
+def load_mask(path):
+    """`--mask`: a 0/1 array from a .npy, or from a .npz one per input name (several inputs)."""
+    return None if path is None else _array(path, "--mask")
 
 
 def classes_in(y):

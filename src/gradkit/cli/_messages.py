@@ -29,6 +29,8 @@ EVALUATE = {
     "preprocessing": "--preprocess",
     "rows": "--shard",
     "certify": "--certify",
+    "mask": "--mask",
+    "attack_inputs": "--attack-inputs",
 }
 EVALUATE_ARGUMENTS = {"model": "`MODEL`", "x": "`x` of `DATA`", "y": "`y` of `DATA` (the labels)"}
 _INTEGERS = {  # dest -> (flag, minimum)
@@ -114,7 +116,9 @@ def check_evaluate(args):
             f"Received: --version {args.suite} --attacks {','.join(args.attacks)}"
         )
     clip = args.clip_values
-    if len(clip) != 2 or not all(math.isfinite(v) for v in clip) or not clip[0] < clip[1]:
+    if isinstance(clip, str):  # files of per-feature bounds: checked as they are read (cli._inputs)
+        pass
+    elif len(clip) != 2 or not all(math.isfinite(v) for v in clip) or not clip[0] < clip[1]:
         raise ValueError(
             f"`--clip-values` must be lo,hi: the input range, two finite numbers with lo < hi (e.g. 0,1 or "
             f"0,255). Received: --clip-values {','.join(f'{v:g}' for v in clip)}"

@@ -33,8 +33,8 @@ def check_method(method, norm, model):
     return method
 
 
-def certified_points(model, x, labels, *, method, eps, norm, clip_values, batch_size):
-    """The points whose label no input of the eps-ball changes, under the model's decision rule.
+def certified_points(model, x, labels, *, method, eps, norm, clip_values, batch_size, mask=None):
+    """bool `(n,)`: the points whose label no input of the eps-ball changes (the model's decision rule).
 
     A Keras model: `gradkit.certify`. A `WeightedEnsemble` or a fitted boosted model (AdaBoost.M1,
     SAMME): its weighted hard vote, each member certified on its own clean prediction and the vote
@@ -64,7 +64,7 @@ def certified_points(model, x, labels, *, method, eps, norm, clip_values, batch_
         https://arxiv.org/abs/1811.00866 (CROWN).
     """
     members, weights = certificates.member_weights(model)
-    options = dict(norm=norm, method=method, clip_values=clip_values, batch_size=batch_size)
+    options = dict(norm=norm, method=method, clip_values=clip_values, batch_size=batch_size, mask=mask)
     if len(members) == 1 and weights[0] > 0:
         return certificates.certify(members[0], x, labels, eps, **options).certified
     classes, radii = [], []

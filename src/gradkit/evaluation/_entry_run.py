@@ -27,10 +27,11 @@ def _attack(model, x_rows, y_rows, entry, config, seed, state):
             y_rows,
             eps=config.eps,
             norm=config.norm,
-            clip_values=config.clip_values,
+            clip_values=config.box or config.clip_values,
             batch_size=config.batch_size,
             seed=seed,
             **_plan.options(entry, config),
+            **({} if config.mask is None else {"mask": config.mask}),
         )
     state.n_forwards += int(result.n_forwards)
     state.n_gradients += int(result.n_gradients)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from gradkit import _checks
+from gradkit._checks import broadcast_box, check_clip, check_mask
 from gradkit.attacks import NAMES, TABLE, check_single_input, is_ensemble
 from gradkit.evaluation import _certified, _versions
 from gradkit.evaluation._single import check_single
@@ -69,6 +70,8 @@ class Config:
     certify: str | None = None  # the bound method of the certified side ("ibp", "crown") or None
     inputs: object = None  # `_scale.Inputs`: classes, features, the data's and the model's ranges
     check_convergence: bool = False  # rerun with twice the budget, trace the ascents' losses
+    box: tuple | None = None  # per-feature `(lo, hi)` float32 arrays (`clip_values` is their envelope)
+    mask: object = None  # float32 0/1 array of the features that may change, or None
 
 
 def _expected():
@@ -190,12 +193,15 @@ def check_config(
     certify=None,
     inputs=None,
     check_convergence=False,
+    mask=None,
 ):
     """The checked `Config` (`inputs`: its `_scale.Inputs`, kept as given); TypeError/ValueError in
     `gradkit._checks`' form for any bad argument."""
     version, attacks = _versions.check_version(version, attacks, eot_iter)
     norm = _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS)
     certify = _certified.check_method(certify, norm, model)
+    clip, mask = check_clip(clip_values), check_mask(mask)
+    per_feature = clip is not None and bool(np.ndim(clip[0]))
     skipped = ()
     if version == "custom":
         entries = plan(attacks, is_ensemble(model))
@@ -210,7 +216,9 @@ def check_config(
         certify=certify,
         eps=_checks.check_eps(eps),
         norm=norm,
-        clip_values=_checks.check_clip_values(clip_values),
+        clip_values=(float(clip[0].min()), float(clip[1].max())) if per_feature else clip,
+        box=clip if per_feature else None,
+        mask=mask,
         batch_size=_checks.check_batch_size(batch_size),
         seed=_checks.check_seed(seed),
         n_queries=_checks.check_int(n_queries, "n_queries", minimum=1),
@@ -238,9 +246,14 @@ def options(entry, config):
     return opts
 
 
-def check_range(x, clip_values):
-    """ValueError when `x` lies outside `clip_values` (the attacks could not keep it in range)."""
-    if clip_values is not None and (x.min() < clip_values[0] or x.max() > clip_values[1]):
+def check_range(x, clip_values, mask=None):
+    """ValueError when `x` lies outside `clip_values` (the attacks could not keep it in range), or
+    per-feature bounds or the mask do not broadcast to one input's shape."""
+    if clip_values is not None and np.ndim(clip_values[0]) or mask is not None:
+        clip_values, _ = broadcast_box(clip_values, mask, x)
+        if clip_values is not None and (np.any(x < clip_values[0]) or np.any(x > clip_values[1])):
+            _checks.fail("x", "inside its per-feature clip_values", f"array of shape {x.shape}")
+    elif clip_values is not None and (x.min() < clip_values[0] or x.max() > clip_values[1]):
         _checks.fail("x", f"inside clip_values={clip_values}", f"array spanning [{x.min()}, {x.max()}]")
 
 

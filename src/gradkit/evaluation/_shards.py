@@ -166,12 +166,14 @@ def evaluate_shard(
     certify=None,
     check_convergence=False,
     preprocessing=None,
+    mask=None,
+    attack_inputs=None,
 ):
     """`gradkit.evaluate`'s cascade at every eps of `epsilons` on the rows `rows` of `x`.
 
     Args:
         model, x, y, norm, version, attacks, eot_iter, clip_values, seed, n_queries, steps, verbose,
-            certify, check_convergence, preprocessing: as
+            certify, check_convergence, preprocessing, mask, attack_inputs: as
             for `gradkit.evaluate` (callables in `attacks` and a `surrogate` are not supported here).
         epsilons: float >= 0 or a strictly increasing list of them; each eps attacks only the points
             every smaller one left robust.
@@ -191,6 +193,7 @@ def evaluate_shard(
     """
     _versions.check_version(version, attacks, eot_iter)
     model = preprocessed(model, preprocessing, row_shape(x))
+    _, model, x, clip_values, mask = _suite.flat_inputs(model, x, attack_inputs, clip_values, mask)
     x, labels, classes = _plan.check_data(model, x, y)
     epsilons = _epsilons(epsilons)
     config = _plan.check_config(
@@ -210,10 +213,11 @@ def evaluate_shard(
         inputs=_scale.inputs(model, x, classes),
         certify=certify,
         check_convergence=check_convergence,
+        mask=mask,
     )
     if any(e.fn is not None for e in config.entries):
         _checks.fail("attacks", "registry attack names (a shard is saved and merged by name)", attacks)
-    _plan.check_range(x, config.clip_values)
+    _plan.check_range(x, config.box or config.clip_values, config.mask)
     block = config.batch_size or len(x)
     start, stop = _rows(rows, len(x), block)
     settings = _settings(model, x, labels, config, epsilons)

@@ -32,7 +32,8 @@ def check_single(model):
                 "`model` must have one input: evaluate attacks models of one input array (a .npz holds "
                 f"one x). Received: a model with {len(inputs)} inputs of shapes "
                 f"{', '.join(str(tuple(t.shape)) for t in inputs)}. Evaluate a one-input model that "
-                f"splits one array into them instead, {_one_input_example(inputs)}"
+                f"splits one array into them instead, {_one_input_example(inputs)}; or pass x as a list "
+                "or dict of its input arrays (attack_inputs= names those attacked)"
             )
 
 

@@ -111,6 +111,8 @@ def fingerprint(model, x, labels, config):
         "n_queries": config.n_queries,
         "clip_values": None if config.clip_values is None else list(config.clip_values),
         **_version_fingerprint(config),
+        **({} if config.box is None else {"box": [digest(b) for b in config.box]}),
+        **({} if config.mask is None else {"mask": digest(config.mask)}),
     }
 
 

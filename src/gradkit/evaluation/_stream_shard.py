@@ -48,6 +48,8 @@ def evaluate_stream_shard(model, source, y=None, *, epsilons, state_path=None, *
     )
     options = {"version": None, "eot_iter": 20, "surrogate": None, **options}
     model = preprocessed(model, options.pop("preprocessing", None))  # rows of the model's input shape
+    if options.pop("attack_inputs", None) is not None:
+        raise ValueError("`--attack-inputs` needs DATA in memory (an .npz): a folder of images is one input")
     done = _streaming.run(
         model,
         source,

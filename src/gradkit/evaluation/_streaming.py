@@ -162,7 +162,7 @@ def run(model, source, y, *, suite, state_path, epsilons, judge_by_prediction, *
     with tqdm(desc="blocks", unit="block", disable=verbose == 0) as bar:
         for j, (xb, yb) in enumerate(stream):
             x, labels, _ = _plan.check_data(model, xb, yb)
-            _plan.check_range(x, config.clip_values)
+            _plan.check_range(x, config.box or config.clip_values, config.mask)
             digest = _stream_state.block_digest(x, labels) if state_path else None
             if j < len(records):
                 arrays, record = _stream_state.arrays(state_path, records[j], j, digest), records[j]

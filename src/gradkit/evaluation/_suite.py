@@ -5,6 +5,7 @@ import time
 import keras
 import numpy as np
 
+from gradkit import _checks
 from gradkit import attacks as registry
 from gradkit.evaluation import _certified, _convergence, _plan, _scale, _sources, _state, _versions
 from gradkit.evaluation._entry_run import fooled, run_entry
@@ -43,6 +44,8 @@ def evaluate(
     certify=None,
     check_convergence=False,
     preprocessing=None,
+    mask=None,
+    attack_inputs=None,
 ):
     """Robust accuracy under a cascade of attacks: one of AutoAttack's versions, or your own list.
 
@@ -100,7 +103,9 @@ def evaluate(
             the real model's (straight-through logits: the model's values, the surrogate's gradient).
             For a model with a non-differentiable step (rounding, quantization), the model with that
             step replaced by the identity.
-        clip_values: `(min, max)` input range, or None (default) for none.
+        clip_values: `(min, max)` input range, or None (default) for none; or per feature `(lo, hi)`
+            arrays broadcastable to one input's shape (the result reports their envelope `(min lo,
+            max hi)`; a callable attack is checked against that envelope).
         batch_size: rows per compiled call and per progress step, or None (default: all at once).
             A block that runs out of device memory (`gradkit.OutOfMemoryError`) is retried with half
             the rows per call (its points and seed unchanged: the same per-point result, but for
@@ -141,6 +146,15 @@ def evaluate(
             `x`, eps, `clip_values` and `x_adv` are in the units of `x` (pixels), as the attacks'
             `preprocessing=`; `certify` folds an affine one into its input set (a callable is refused).
             On a stream a callable takes rows of the model's input shape.
+        mask: None (default) or a 0/1 array broadcastable to one input's shape: 1 where a feature may
+            change; every attack keeps the others bit-identical (`certify`: Linf only). Several inputs:
+            a dict `{name: mask}`.
+        attack_inputs: None (default: every input) or the names of the inputs of a model of several
+            inputs that the attacks may change; the others are held fixed. `x` is then a list (in
+            `model.inputs` order) or a dict of arrays, `clip_values` one pair or a dict `{name: (lo,
+            hi)}`; the inputs are attacked as one flat row (`gradkit.attacks.FlatInputs`: Linf is each
+            input's own eps-ball, L2 and L1 one ball over the attacked inputs together), and `x_adv` comes
+            back in `x`'s structure.
 
     Returns:
         `Evaluation`: accuracies, the per-sample `robust`, `broken_by` and `x_adv`, the per-attack
@@ -176,11 +190,16 @@ def evaluate(
         options = dict(version=version, attacks=attacks, eot_iter=eot_iter, surrogate=surrogate, eps=eps)
         options.update(norm=norm, clip_values=clip_values, batch_size=batch_size, seed=seed)
         options.update(n_queries=n_queries, steps=steps, verbose=verbose, certify=certify)
-        options.update(check_convergence=check_convergence)
+        options.update(check_convergence=check_convergence, mask=mask)
+        if attack_inputs is not None:  # one input per stream: several inputs are attacked from arrays
+            _checks.fail(
+                "attack_inputs", "None with a stream `x` (several inputs need arrays)", attack_inputs
+            )
         model = preprocessed(model, preprocessing)  # a stream's rows: the model's input shape
         return evaluate_stream(model, x, y, suite=suite, state_path=state_path, **options)
     _versions.check_version(version, attacks, eot_iter)  # before any work: no forward pass yet
     model = preprocessed(model, preprocessing, row_shape(x))  # the model of pixels, attacked below
+    flat, model, x, clip_values, mask = flat_inputs(model, x, attack_inputs, clip_values, mask)
     x, labels, classes = _plan.check_data(model, x, y)
     surrogate = check_surrogate(surrogate, model, x)
     config = _plan.check_config(
@@ -201,8 +220,9 @@ def evaluate(
         certify=certify,
         inputs=_scale.inputs(model, x, classes),
         check_convergence=check_convergence,
+        mask=mask,
     )
-    _plan.check_range(x, config.clip_values)
+    _plan.check_range(x, config.box or config.clip_values, config.mask)
     state_path = _state.check_path(state_path)
     fp = _state.fingerprint(model, x, labels, config) if state_path else None
     state = _state.load(state_path, fp) if state_path else None
@@ -221,7 +241,23 @@ def evaluate(
         certified=certified,
     )
     result.points = points_digest(x, labels)
+    if flat is not None:
+        result.x_adv = flat.unflatten(result.x_adv)
     return result
+
+
+def flat_inputs(model, x, attack_inputs, clip_values, mask):
+    """`(flat, model, x, clip_values, mask)`: for a model of several inputs given as a list or dict `x`,
+    its `gradkit.attacks.FlatInputs` and the flat problem; else None and the arguments as given."""
+    if registry.is_several(model, x):
+        flat = registry.FlatInputs(model, x, attack_inputs=attack_inputs, clip_values=clip_values, mask=mask)
+        return flat, flat.model, flat.x, flat.clip_values, flat.mask
+    if attack_inputs is not None:
+        raise ValueError(
+            "`attack_inputs` names inputs of a model of several inputs, given as a list or dict `x`. "
+            f"Received: attack_inputs={attack_inputs!r} with x of type {type(x).__name__}"
+        )
+    return None, model, x, clip_values, mask
 
 
 def cascade(
@@ -263,8 +299,9 @@ def certified_of(model, x, labels, config):
         method=config.certify,
         eps=config.eps,
         norm=config.norm,
-        clip_values=config.clip_values,
+        clip_values=config.box or config.clip_values,
         batch_size=config.batch_size,
+        mask=config.mask,
     )
 
 
