@@ -4,7 +4,7 @@
 import sys
 
 from gradkit import __version__
-from gradkit.cli import _evaluate, _merge, _selftest, _study
+from gradkit.cli import _evaluate, _evaluate_args, _merge, _selftest, _study
 from gradkit.cli._parser import Parser, UsageError
 
 _RUN = {"study": _study.run, "evaluate": _evaluate.run, "merge": _merge.run, "selftest": _selftest.run}
@@ -21,7 +21,7 @@ def build_parser():
     )
     parser.add_argument("--version", action="version", version=f"gradkit {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    _evaluate.add_parser(commands)
+    _evaluate_args.add_parser(commands)
     _study.add_parser(commands)
     _merge.add_parser(commands)
     _selftest.add_parser(commands)

@@ -15,7 +15,7 @@ import numpy as np
 
 from gradkit import _checks
 from gradkit.attacks import decide
-from gradkit.evaluation import _plan, _scale, _state, _suite, _versions
+from gradkit.evaluation import _cascade, _plan, _scale, _state, _versions
 from gradkit.evaluation._result import from_state
 from gradkit.gradients import preprocessed, row_shape
 
@@ -193,7 +193,7 @@ def evaluate_shard(
     """
     _versions.check_version(version, attacks, eot_iter)
     model = preprocessed(model, preprocessing, row_shape(x))
-    _, model, x, clip_values, mask = _suite.flat_inputs(model, x, attack_inputs, clip_values, mask)
+    _, model, x, clip_values, mask = _cascade.flat_inputs(model, x, attack_inputs, clip_values, mask)
     x, labels, classes = _plan.check_data(model, x, y)
     epsilons = _epsilons(epsilons)
     config = _plan.check_config(
@@ -235,21 +235,21 @@ def evaluate_shard(
     for i, eps in enumerate(epsilons):
         path, fp, state = paths[i], fps[i], loaded[i]
         if state is None:
-            state = _suite.clean(model, xs, ys, config, prediction) if not states else _carry(states[-1])
+            state = _cascade.clean(model, xs, ys, config, prediction) if not states else _carry(states[-1])
         eps_config = dataclasses.replace(config, eps=eps)
         if tasks is not None:
             tasks.begin(i, model, x, labels, eps_config, state, start)
-        _suite.cascade(
+        _cascade.cascade(
             model, xs, ys, eps_config, state, state_path=path, fp=fp, first_block=start // block, tasks=tasks
         )
         if tasks is not None:
             tasks.finish()
             if path and tasks.stolen:  # what other processes ran of this one's blocks is folded in now
                 _state.save(path, fp, state)
-        state.certified = _suite.certified_of(model, xs, ys, eps_config)
+        state.certified = _cascade.certified_of(model, xs, ys, eps_config)
         states.append(state)
-    shares = _suite.shares_of(model, xs, ys, config)
-    return Shard(settings, start, stop, ys, prediction, states, _suite.weights(model), shares, resumed)
+    shares = _cascade.shares_of(model, xs, ys, config)
+    return Shard(settings, start, stop, ys, prediction, states, _cascade.weights(model), shares, resumed)
 
 
 def _settings(model, x, labels, config, epsilons):

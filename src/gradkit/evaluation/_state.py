@@ -62,14 +62,8 @@ class State:
 
 def carry(state):
     """The start of the next eps: the points and breaks of `state`, no attack run yet."""
-    return State(
-        state.robust.copy(),
-        list(state.broken_by),
-        state.x_adv.copy(),
-        state.zero_gradient.copy(),
-        state.clean_accuracy,
-        state.randomized,
-    )
+    points = (state.robust.copy(), list(state.broken_by), state.x_adv.copy(), state.zero_gradient.copy())
+    return State(*points, state.clean_accuracy, state.randomized)
 
 
 def digest(a):

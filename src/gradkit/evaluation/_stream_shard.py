@@ -4,7 +4,7 @@ at several eps, block by block (`_streaming`), each eps on the points the smalle
 import keras
 import numpy as np
 
-from gradkit.evaluation import _shards, _state, _streaming, _suite
+from gradkit.evaluation import _cascade, _shards, _state, _streaming
 from gradkit.gradients import preprocessed
 
 
@@ -39,12 +39,12 @@ def evaluate_stream_shard(model, source, y=None, *, epsilons, state_path=None, *
     """
     epsilons = _shards._epsilons(epsilons)
     suite = _streaming.Suite(
-        _suite.cascade,
-        _suite.certified_of,
-        _suite.shares_of,
-        _suite.weights,
-        _suite._randomness,
-        _suite._PROBE,
+        _cascade.cascade,
+        _cascade.certified_of,
+        _cascade.shares_of,
+        _cascade.weights,
+        _cascade._randomness,
+        _cascade._PROBE,
     )
     options = {"version": None, "eot_iter": 20, "surrogate": None, **options}
     model = preprocessed(model, options.pop("preprocessing", None))  # rows of the model's input shape
