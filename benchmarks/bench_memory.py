@@ -13,7 +13,8 @@ one 500-point evaluation warms the compiled calls up, then the resident set size
 and for contrast `arrays_20000` (the same points as numpy arrays in memory, made before the baseline is
 read, so only the evaluation's own copies count), and the two stream candidates again with glibc's
 mmap threshold fixed at 1 MiB (`_mmap`: see `_FIXED`). Recorded: the deltas, `stream_20000_over_1000`
-and `stream_20000_over_1000_mmap` (goal <= 1.2), the seconds and the load average.
+and `stream_20000_over_1000_mmap` (goal <= 1.2), the whole process's peak RSS (`peak_rss_mb`) and its
+ratio `stream_20000_over_1000_peak_rss`, the seconds and the load average.
 
 Run standalone (`python benchmarks/bench_memory.py`) or via `benchmarks/run.py bench_memory`.
 """
@@ -67,7 +68,8 @@ def _peak_during(fn):
     seconds = time.perf_counter() - start
     done.set()
     thread.join()
-    return max(peak[0], process.memory_info().rss) - before, seconds, result
+    peak[0] = max(peak[0], process.memory_info().rss)
+    return peak[0] - before, seconds, result, peak[0]
 
 
 def child(mode, n):
@@ -80,12 +82,13 @@ def child(mode, n):
     gradkit.evaluate(model, _batches(model, BATCH), None, **options)  # compile and warm up
     if mode == "arrays":
         x, y = (np.concatenate(a) for a in zip(*_batches(model, n)))
-        delta, seconds, result = _peak_during(lambda: gradkit.evaluate(model, x, y, **options))
+        delta, seconds, result, peak = _peak_during(lambda: gradkit.evaluate(model, x, y, **options))
     else:
-        delta, seconds, result = _peak_during(
+        delta, seconds, result, peak = _peak_during(
             lambda: gradkit.evaluate(model, _batches(model, n), None, **options)
         )
-    print(json.dumps({"delta_mb": delta / 2**20, "seconds": seconds, "robust": result.robust_accuracy}))
+    report = {"delta_mb": delta / 2**20, "peak_mb": peak / 2**20, "seconds": seconds}
+    print(json.dumps({**report, "robust": result.robust_accuracy}))
 
 
 def _run_child(mode, n, extra_env=None):
@@ -120,6 +123,10 @@ def run():
         **{f"{k}_seconds": round(v["seconds"], 2) for k, v in results.items()},
         "stream_20000_over_1000": round(delta["stream_20000"] / delta["stream_1000"], 3),
         "stream_20000_over_1000_mmap": round(delta["stream_20000_mmap"] / delta["stream_1000_mmap"], 3),
+        **{f"{k}_peak_rss_mb": round(v["peak_mb"], 1) for k, v in results.items()},
+        "stream_20000_over_1000_peak_rss": round(
+            results["stream_20000"]["peak_mb"] / results["stream_1000"]["peak_mb"], 3
+        ),
         "load_average": os.getloadavg()[0],
     }
     return {"memory": section}
