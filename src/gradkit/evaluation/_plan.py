@@ -197,6 +197,11 @@ def check_config(
 ):
     """The checked `Config` (`inputs`: its `_scale.Inputs`, kept as given); TypeError/ValueError in
     `gradkit._checks`' form for any bad argument."""
+    if np.ndim(eps):  # the report, the flags and the certificates read one radius
+        raise TypeError(
+            "`eps` must be one number in evaluate; a per-feature Linf budget (an array) is taken by "
+            f"gradkit.fgsm, bim, pgd, apgd and square. Received: eps of shape {np.shape(eps)}"
+        )
     version, attacks = _versions.check_version(version, attacks, eot_iter)
     norm = _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS)
     certify = _certified.check_method(certify, norm, model)
