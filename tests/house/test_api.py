@@ -39,7 +39,7 @@ PACKAGES = {
         "AttackResult", "apgd", "bim", "ddn", "decide", "default_eps_step", "fab", "fgsm", "fmn",
         "gradient_for", "is_ensemble", "pgd", "predict_labels", "prepare", "run_attack", "square",
         "MIN_NORM_NAMES", "TABLE", "recording", "check_single_input", "tracing_losses", "FlatInputs",
-        "is_several",
+        "is_several", "check_eps",
     ],
     "gradkit.boosting": ["AdaBoostM1", "BaseBoosting", "SAMME", "describe", "load"],
     "gradkit.certificates": [

@@ -34,6 +34,7 @@ from gradkit.attacks.geometry import project_and_clip_tensor
 from gradkit.attacks._engine import tracing_losses
 from gradkit.attacks._inputs import FlatInputs
 from gradkit.attacks._inputs import is_several
+from gradkit.attacks._frame import check_eps
 from gradkit.attacks._frame import check_single_input
 from gradkit.attacks._frame import gradient_for
 from gradkit.attacks._frame import predict_labels
@@ -64,6 +65,7 @@ __all__ = [
     "fmn",
     "FlatInputs",
     "is_several",
+    "check_eps",
     "check_single_input",
     "gradient_for",
     "is_ensemble",

@@ -170,6 +170,20 @@ def check_eps(eps, norm, name="eps"):
     return values
 
 
+def broadcast_eps(eps, x0):
+    """`eps` (`check_eps`) for the checked batch `x0` `(n, ...)`: a number as given, a per-feature
+    array as float32 `(1, *x0.shape[1:])`; ValueError naming `eps` where it does not broadcast."""
+    if np.ndim(eps) == 0:
+        return eps
+    try:
+        return np.ascontiguousarray(np.broadcast_to(eps, x0.shape[1:])[None], np.float32)
+    except ValueError:
+        raise ValueError(
+            f"`eps` must broadcast to one input's shape {tuple(x0.shape[1:])}. Received: eps of shape "
+            f"{np.shape(eps)}"
+        ) from None
+
+
 def check_range(x, clip_values):
     """Raises ValueError when a leaf of the validated `x` lies outside `clip_values`."""
     if clip_values is None:

@@ -15,7 +15,8 @@ point's gradient) when condition 1 (fewer than `rho (w_j - w_{j-1})` increases o
 the last checkpoint, `rho = 0.75`) or condition 2 (step size not halved at the last checkpoint and best
 objective not improved since) holds; condition 2 cannot fire at the first checkpoint (as in AutoAttack).
 Checkpoints follow the paper's ceil (AutoAttack's code floors; equal for 100 steps) and condition 1
-its strict `<` (AutoAttack's code halves at `<=`).
+its strict `<` (AutoAttack's code halves at `<=`). A per-feature Linf budget (an array `eps`) scales
+the start, the ball and the step per feature: `eta_k = c_k eps`, `c` a per-sample factor from 2, halved.
 
 APGD-L1 (Croce & Hein 2021, Algorithm 1): start at `x0 + N(0, I)` projected; no momentum; step size
 `eta = eps`; `x_{k+1} = P(x_k + eta s(g_k, topk))`, `s` the sign of g on its largest `topk * d`
@@ -54,7 +55,7 @@ from keras import ops
 from gradkit import _checks, backend
 from gradkit.attacks import _engine as engine
 from gradkit.attacks import _targets, geometry
-from gradkit.attacks._frame import Frame, step_function
+from gradkit.attacks._frame import Frame, broadcast_eps, check_eps, step_function
 
 LOSSES = ("ce", "dlr")
 STACKED_VALUES = 1 << 24  # input values of the targets run together in APGD-T (64 MB per float32 array)
@@ -108,7 +109,9 @@ def apgd(
             graph shows one, else as log-probabilities.
         x: float32 `(n, *input_shape)` in the model's input units, inside `clip_values`.
         y: true class ids `(n,)` or one-hot `(n, C)`. Defaults to the model's predictions.
-        eps: radius of the threat model, float >= 0 (input units).
+        eps: radius of the threat model, float >= 0 (input units); for Linf also a per-feature budget,
+            an array >= 0 broadcastable to one input's shape (the start, steps and projection scale
+            per feature; ValueError with another norm).
         norm: `np.inf` (or "inf", "linf"; default), `2` (or "l2") or `1` (or "l1").
         steps: iterations per run, int >= 1. Defaults to 100 (AutoAttack's value).
         loss: "ce" (cross-entropy, default) or "dlr" (Difference of Logits Ratio, eq. 6; targeted:
@@ -118,7 +121,7 @@ def apgd(
         n_target_classes: targets tried by APGD-T, int >= 1 (capped at C - 1). Defaults to 9.
         clip_values: None or `(min, max)`, the valid input range; or per-feature `(lo, hi)` arrays.
         mask, attack_inputs: as in `gradkit.fgsm` (`x` a list or dict of arrays for a model of several
-            inputs, attacked as one flat row; eps is one number here).
+            inputs, attacked as one flat row; eps is one number or an array over that row).
         batch_size: rows per compiled call. Defaults to None: min(256, next power of two >= n); where a
             new row count costs little (`backend.ROW_QUANTUM`), as many rows as hold 2**22 input values.
         output: name or index of the attacked output of a multi-output model.
@@ -142,7 +145,8 @@ def apgd(
         float32 `(n, *input_shape)` adversarial examples, in the eps-ball around `x` and in `clip_values`.
 
     Raises:
-        ValueError: eps < 0, a bad norm, loss, steps < 1, use_largereps with a norm other than 1,
+        ValueError: eps < 0 (an array: also with L2/L1 or not broadcastable to one input), a bad norm,
+            loss, steps < 1, use_largereps with a norm other than 1,
             n_restarts < 1, too few classes for DLR, labels out of range, `x` outside `clip_values`,
             an unknown `target_selection` or "malt" untargeted; before any work.
         TypeError: several inputs of an ensemble, or one array for a model of several inputs, non-integer
@@ -164,8 +168,9 @@ def apgd(
     seed = _checks.check_seed(seed)
     eot_iter = _checks.check_int(eot_iter, "eot_iter", minimum=1)
     target_selection = _targets.check_selection(target_selection, targeted)
-    given_norm, eps = norm, _checks.check_eps(eps)
+    given_norm, eps = norm, _checks.check_eps(eps) if np.ndim(eps) == 0 else eps
     norm = _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS)
+    eps = check_eps(eps, norm)  # an array: a per-feature budget (Linf)
     frame = Frame(
         model,
         x,
@@ -188,8 +193,8 @@ def apgd(
             f"`use_largereps` is a schedule of the L1 threat model (norm=1). Received: norm={given_norm!r}"
         )
     _check_classes(loss, frame.targeted, frame.n_classes)  # before the first forward pass
-    x_adv, success = frame.x0.copy(), np.zeros(frame.n, bool)
-    if eps == 0:
+    x_adv, success, eps = frame.x0.copy(), np.zeros(frame.n, bool), broadcast_eps(eps, frame.x0)
+    if not np.any(eps):
         frame.success = frame.predict(x_adv) != frame.labels
         return frame.finish(x_adv)
     targets = [None]
@@ -392,11 +397,16 @@ def _checkpoint(state, fixed, active):
 
 def _propose(state, fixed, norm, bounds, active):
     """`x_{k+1}` on the rows `active`: the projected step of size eta along dir(g), the momentum mix."""
-    x = state["x"]
+    x, eps, eta = state["x"], fixed["eps"], state["eta"]
     a = ops.cast(ops.where(state["k"] == 0, 1.0, fixed["momentum"]), x.dtype)
-    args = (x, state["x_prev"], fixed["x0"], state["grad"], state["eta"], a, fixed["eps"], bounds, active)
-    if norm == np.inf:
+    per_feature = len(eps.shape) > 0  # Linf: eta is a factor of the eps array, `(n, ...)` here
+    if per_feature:
+        eta = engine.rows_mask(eta, x) * ops.cast(eps, "float32")
+    args = (x, state["x_prev"], fixed["x0"], state["grad"], eta, a, eps, bounds, active)
+    if norm == np.inf and not per_feature:
         x_next, x_prev = engine.fast_path("apgd_linf_step", _linf_momentum_step)(*args)
+    elif norm == np.inf:
+        x_next, x_prev = _linf_momentum_step(*args)
     else:
         x_next, x_prev = momentum_step(*args, norm=norm)
     return dict(state, x=x_next, x_prev=x_prev)
@@ -405,8 +415,9 @@ def _propose(state, fixed, norm, bounds, active):
 def momentum_step(x, x_prev, x0, g, eta, a, eps, bounds, active, norm):
     """`(x_next, x)`: `z = P(x + eta dir(g))`, `x_next = P(x + a (z - x) + (1 - a)(x - x_prev))` on the
     rows `active` (the others keep `x`); `x` is the next previous iterate (a row that stops moving never
-    reads it again). `eta` `(n,)`; `a`, `eps` scalar tensors; `bounds` None or `(lo, hi)`."""
-    eta = ops.cast(engine.rows_mask(eta, x), x.dtype)
+    reads it again). `eta` `(n,)`, or `(n, ...)` per feature (Linf); `a` a scalar tensor; `eps` a
+    scalar tensor, or Linf a per-feature one `(1, ...)`; `bounds` None or `(lo, hi)`."""
+    eta = ops.cast(engine.rows_mask(eta, x) if len(eta.shape) == 1 else eta, x.dtype)
     z = geometry.project_and_clip_tensor(x + eta * geometry.direction_tensor(g, norm), x0, eps, norm, bounds)
     mixed = x + a * (z - x) + (1 - a) * (x - x_prev)
     moved = geometry.project_and_clip_tensor(mixed, x0, eps, norm, bounds)
@@ -529,12 +540,13 @@ def _l1_initial(x_start, x0, given):
 def _init(objective, x_start, x0, n, eps, norm, given):
     """`init(start, stop, pad) -> (state, {"x0": clean rows})`: a batch's state before the evaluation of
     its start point, and its clean input (a constant of the step). The step size starts at 2 * eps
-    (L1: eps, with the sparsity records of `_l1_initial`; `given`: the start was given)."""
+    (L1: eps, with the sparsity records of `_l1_initial`; `given`: the start was given); with a
+    per-feature eps (Linf) `eta` is the factor 2 of the eps array, halved alike."""
     per_row = dict(
         values=np.zeros(n, np.float32),
         best_values=np.full(n, -np.inf, np.float32),
         best_at_check=np.zeros(n, np.float32),
-        eta=np.full(n, (1.0 if norm == 1 else 2.0) * eps, np.float32),
+        eta=np.full(n, (1.0 if norm == 1 else 2.0) * (eps if np.ndim(eps) == 0 else 1.0), np.float32),
         n_increases=np.zeros(n, np.int32),
         success=np.zeros(n, bool),
         best_hit=np.zeros(n, bool),

@@ -9,7 +9,8 @@ at iterations 10, 50, 200, 500, 1000, 2000, 4000, 6000 and 8000 of a 10000-query
 
 - Linf (Algorithm 1): start from vertical stripes `x0 + eps s`, `s in {-1, 1}` per (column, channel); a
   proposal sets the window to `x0 +- eps` (one sign per channel), the signs redrawn (up to 8 times)
-  where they would leave the window unchanged, as in the authors' loop.
+  where they would leave the window unchanged, as in the authors' loop. A per-feature budget (an
+  array eps) gives each feature its own `x0_i +- eps_i`, in the stripes and the windows alike.
 - L2 (Algorithm 3): start from tiles carrying the "pseudo-Gaussian" bumps `eta` with random signs,
   scaled to the eps-sphere; a proposal moves the perturbation mass of a second window into the first,
   adds a bump there and rescales the whole perturbation to norm eps.
@@ -23,9 +24,8 @@ as `(n, h, w, c)` after moving its channel axis last, and its candidates moved b
 divisor of `d` not above `sqrt(d)`; more dimensions fold into channels. The start is drawn on the
 host (numpy); the proposals inside the compiled step (`backend.compile_search`) from uniform draws of
 the backend's random ops, seeded per batch: the stream differs from numpy's, the distributions are
-the same. A window is a mask over the
-whole image (static shapes: one trace for every side), its side and pattern looked up by the
-schedule's stage; the host reads one flag every `CHECK_EVERY` steps.
+the same. A window is a mask over the whole image (static shapes: one trace for every side), its side
+and pattern looked up by the schedule's stage; the host reads one flag every `CHECK_EVERY` steps.
 
 References:
     Andriushchenko, Croce, Flammarion & Hein (2020), "Square Attack: a query-efficient black-box
@@ -41,7 +41,7 @@ from keras import ops
 from gradkit import _checks, backend
 from gradkit.attacks import _engine as engine
 from gradkit.attacks import geometry
-from gradkit.attacks._frame import LAYOUTS, Frame
+from gradkit.attacks._frame import LAYOUTS, Frame, broadcast_eps, check_eps
 
 HALVINGS = (10, 50, 200, 500, 1000, 2000, 4000, 6000, 8000)  # of a 10000-query budget
 STAGES = len(HALVINGS) + 1
@@ -83,8 +83,9 @@ def square(
             `data_format`).
         y: class ids `(n,)` or one-hot: the true labels, or the targets when `targeted` (then required).
             Defaults to the model's predictions.
-        eps: radius, float >= 0 (input units). norm: `np.inf` (default), `2` or `1` (L1: AutoAttack's
-            Square-L1, L1 bumps `1/(k+1)^4` and the exact projection onto the L1-ball and the box).
+        eps: radius, float >= 0 (input units); Linf also a per-feature budget, an array >= 0
+            broadcastable to one input's shape (in the model's layout). norm: `np.inf` (default), `2` or
+            `1` (L1: AutoAttack's Square-L1, L1 bumps `1/(k+1)^4`, the exact L1-ball and box projection).
         n_queries: forward passes per sample, the start included, int >= 1. Defaults to 5000.
         p_init: initial fraction of the input changed per query, in (0, 1]. Defaults to 0.8.
         targeted: False (default) or True (pull towards the classes `y`).
@@ -104,9 +105,9 @@ def square(
         float32 `(n, *input_shape)` adversarial examples in the eps-ball and in `clip_values`.
 
     Raises:
-        ValueError: eps < 0, n_queries < 1, p_init outside (0, 1], a bad norm or labels, `targeted`
-            without `y`, a bad `data_format`, or image inputs of a model whose layers mix both layouts
-            without `data_format`; before any work.
+        ValueError: eps < 0 (an array: also with L2/L1 or not broadcastable), n_queries < 1, p_init
+            outside (0, 1], a bad norm or labels, `targeted` without `y`, a bad `data_format`, or image
+            inputs of a model whose layers mix both layouts without `data_format`; before any work.
         TypeError: several inputs of an ensemble, non-integer `n_queries`, a bad `model`.
 
     References:
@@ -118,7 +119,9 @@ def square(
     seed = _checks.check_seed(seed)
     if _checks.check_flag(targeted, "targeted") and y is None:  # the predictions would be "fooled" at once
         raise ValueError("`y` (the target classes) is required when targeted=True. Received: y=None")
-    eps, norm = _checks.check_eps(eps), _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS)
+    eps = _checks.check_eps(eps) if np.ndim(eps) == 0 else eps
+    norm = _checks.check_norm(norm, allowed=_checks.GRADIENT_NORMS)
+    eps = check_eps(eps, norm)  # an array: a per-feature budget (Linf)
     frame = Frame(
         model,
         x,
@@ -134,16 +137,15 @@ def square(
         single_input="Square",
         preprocessing=preprocessing,
     )
-    layout = _layout(frame, data_format)
-    if eps == 0:
+    layout, eps = _layout(frame, data_format), broadcast_eps(eps, frame.x0)
+    if not np.any(eps):
         frame.success = frame.predict(frame.x0) != frame.labels
         return frame.finish(frame.x0.copy())
-    targets = frame.labels if frame.targeted else None
     x_adv, frame.success, _ = run(
         frame,
         frame.x0,
         frame.labels,
-        targets,
+        frame.labels if frame.targeted else None,
         eps=eps,
         norm=norm,
         n_queries=n_queries,
@@ -175,8 +177,12 @@ def run(frame, x0, labels, targets, *, eps, norm, n_queries, p_init, rng, layout
     `np.random.Generator`); the queried rows are added to `frame.n_forwards`. `layout`: the layout of
     `x0`'s images, "channels_last" or "channels_first"."""
     image = as_image(channels_last(x0, layout)).shape[1:]
-    box = tuple(b if np.ndim(b) == 0 else as_image(channels_last(b, layout)) for b in frame.clip_values or ())
-    mask = None if frame.mask is None else as_image(channels_last(frame.mask, layout))
+
+    def per_feature(a):  # a per-feature array `(1, ...)` as a channels-last image; None and numbers as is
+        return a if a is None or np.ndim(a) == 0 else as_image(channels_last(a, layout))
+
+    box = tuple(per_feature(b) for b in frame.clip_values or ())
+    mask, eps = per_feature(frame.mask), per_feature(eps)
     start, rows, tensors = _constants(box or None, x0, eps, norm, n_queries, p_init, rng, layout, mask)
     objective, clip = frame.objective, frame.clip_values is not None
     static = dict(norm=norm, targeted=targets is not None, clip=clip, mask=mask is not None)
@@ -223,7 +229,6 @@ def _step(objective, image, sample, layout, *, norm, targeted, clip, mask):
         return ops.moveaxis(cand, -1, 1) if first else cand
 
     def keep(state, fixed, cand, aux):
-        x = state["x"]
         values, logits = aux
         labels, targets = fixed["y"]
         decision = objective.decide_tensor(logits, fixed["weights"]["alpha"])
@@ -231,7 +236,7 @@ def _step(objective, image, sample, layout, *, norm, targeted, clip, mask):
         active = ops.logical_and(state["active"], fixed["weights"]["rows"] > 0)
         better = ops.logical_and(active, ops.logical_or(values > state["values"], hit))
         new = dict(state, i=state["i"] + 1)
-        new["x"] = engine.select_rows(better, cand, x)
+        new["x"] = engine.select_rows(better, cand, state["x"])
         new["values"] = ops.where(better, values, state["values"])
         new["success"] = ops.logical_or(state["success"], ops.logical_and(active, hit))
         new["used"] = state["used"] + ops.cast(active, "int32")
@@ -252,20 +257,15 @@ def _propose(state, fixed, u, best, norm, clip):
         return linf_proposal(best, (fixed["plus"], fixed["minus"]), sides, u, empty=first)
     bounds = (fixed["lo"], fixed["hi"]) if clip else None
     proposal = l1_proposal if norm == 1 else l2_proposal
-    cand = proposal(
-        best, fixed["x0"], fixed["eps"], fixed["patterns"], stage, sides, u, bounds, fixed.get("mask")
-    )
-    return ops.where(first, best, cand)
+    args = (fixed["x0"], fixed["eps"], fixed["patterns"], stage, sides, u, bounds, fixed.get("mask"))
+    return ops.where(first, best, proposal(best, *args))
 
 
 def _advance(step, variables, state, fixed, n_queries):
     """`n_queries` steps (the start's evaluation first), stopping at a check where no row is attacked."""
-    done = 0
-    while done < n_queries:
-        k = min(CHECK_EVERY, n_queries - done)
-        state = engine.advance(step, variables, state, fixed, k)
-        done += k
-        if done < n_queries and not bool(backend.to_numpy(ops.any(state["active"]))):
+    for done in range(0, n_queries, CHECK_EVERY):
+        state = engine.advance(step, variables, state, fixed, min(CHECK_EVERY, n_queries - done))
+        if done + CHECK_EVERY < n_queries and not bool(backend.to_numpy(ops.any(state["active"]))):
             break
     return state
 
@@ -566,7 +566,7 @@ def random_signs(rng, shape):
 
 
 def linf_init(x0, eps, rng):
-    """Vertical stripes: `x0 + eps * s`, one sign per (sample, column, channel)."""
+    """Vertical stripes: `x0 + eps * s`, one sign per (sample, column, channel); `eps` may be an image."""
     n, _, w, c = x0.shape
     return x0 + (eps * random_signs(rng, (n, 1, w, c))).astype(x0.dtype)
 

@@ -16,7 +16,7 @@ def _attack(model, x_rows, y_rows, entry, config, seed, state):
     """Runs `entry` on some rows; returns `(x_adv, success (m,) bool, zero_gradient (m,) bool or None)`."""
     if entry.fn is not None:
         x_adv = _plan.check_adversarial(
-            entry, x_rows, entry.fn(model, x_rows, y_rows, eps=config.eps), config
+            entry, x_rows, entry.fn(model, x_rows, y_rows, eps=config.attack_eps), config
         )
         return x_adv, fooled(model, x_adv, y_rows, config, state), None
     with _convergence.tracing(entry, config, state.per_attack[entry.name]):
@@ -25,7 +25,7 @@ def _attack(model, x_rows, y_rows, entry, config, seed, state):
             model,
             x_rows,
             y_rows,
-            eps=config.eps,
+            eps=config.attack_eps,
             norm=config.norm,
             clip_values=config.box or config.clip_values,
             batch_size=config.batch_size,

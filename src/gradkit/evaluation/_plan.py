@@ -9,7 +9,7 @@ import numpy as np
 from gradkit import _checks
 from gradkit._checks import broadcast_box, check_clip, check_mask
 from gradkit.attacks import NAMES, TABLE, check_single_input, is_ensemble
-from gradkit.evaluation import _certified, _versions
+from gradkit.evaluation import _budget, _certified, _versions
 from gradkit.evaluation._single import check_single
 from gradkit.evaluation._versions import QUERY_SHARE
 from gradkit.gradients import (
@@ -72,6 +72,12 @@ class Config:
     check_convergence: bool = False  # rerun with twice the budget, trace the ascents' losses
     box: tuple | None = None  # per-feature `(lo, hi)` float32 arrays (`clip_values` is their envelope)
     mask: object = None  # float32 0/1 array of the features that may change, or None
+    budget: object = None  # a per-feature Linf eps, float32 array (`eps` is its max), or None
+
+    @property
+    def attack_eps(self):
+        """The eps the attacks and callables are given: the per-feature budget, else `eps`."""
+        return self.eps if self.budget is None else self.budget
 
 
 def _expected():
@@ -208,6 +214,7 @@ def check_config(
         _check_classes(entries, classes)
     else:
         entries, skipped = plan_version(version, norm, is_ensemble(model), classes, eot_iter)
+    eps, budget, entries, skipped = _budget.check(eps, norm, entries, skipped, version, certify)
     return Config(
         version=version,
         eot_iter=int(eot_iter),
@@ -215,6 +222,7 @@ def check_config(
         skipped=skipped,
         certify=certify,
         eps=_checks.check_eps(eps),
+        budget=budget,
         norm=norm,
         clip_values=(float(clip[0].min()), float(clip[1].max())) if per_feature else clip,
         box=clip if per_feature else None,
@@ -267,8 +275,12 @@ def check_adversarial(entry, x_rows, x_adv, config):
         )
     delta = (x_adv - x_rows).reshape(len(x_rows), -1).astype(np.float64)
     size = np.linalg.norm(delta, ord=config.norm, axis=1)
+    outside = size > config.eps * (1 + 1e-5) + 1e-6
+    if config.budget is not None:  # per feature: each change within its own budget
+        budget = np.broadcast_to(config.budget, x_rows.shape[1:]).reshape(1, -1)
+        outside = np.abs(delta) > budget * (1 + 1e-5) + 1e-6
     lo, hi = config.clip_values or (-np.inf, np.inf)
-    if np.any(size > config.eps * (1 + 1e-5) + 1e-6) or x_adv.min() < lo - 1e-6 or x_adv.max() > hi + 1e-6:
+    if np.any(outside) or x_adv.min() < lo - 1e-6 or x_adv.max() > hi + 1e-6:
         raise ValueError(
             f"Attack {entry.name!r} must return examples inside the eps-ball (eps={config.eps}) "
             f"and clip_values={config.clip_values}. Received: a perturbation of norm {size.max():.6g}"

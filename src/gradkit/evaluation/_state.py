@@ -107,6 +107,7 @@ def fingerprint(model, x, labels, config):
         **_version_fingerprint(config),
         **({} if config.box is None else {"box": [digest(b) for b in config.box]}),
         **({} if config.mask is None else {"mask": digest(config.mask)}),
+        **({} if config.budget is None else {"budget": digest(config.budget)}),
     }
 
 

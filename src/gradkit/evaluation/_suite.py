@@ -82,7 +82,8 @@ def evaluate(
             `state_path` saves the state after each block (a rerun reads the stream again and resumes
             at its first unfinished block).
         y: int class ids `(n,)` (or one-hot `(n, C)`) in [0, C); None when `x` yields the labels.
-        eps: float >= 0, the perturbation budget in `norm`.
+        eps: float >= 0, the perturbation budget in `norm`; Linf also a per-feature budget, an array
+            >= 0 broadcastable to one input's shape (FAB skipped; the result's `eps` is its max).
         norm: `np.inf` (or "inf", "linf"), 2 (or "l2") or 1 (or "l1"). Defaults to `np.inf`.
         version: "standard", "plus", "rand", "malt" or "custom" (the table above), or None (default):
             "standard", or "custom" when `attacks` is given.
