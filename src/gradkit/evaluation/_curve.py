@@ -55,6 +55,7 @@ class _Threat:
     eps: float
     norm: float
     clip_values: tuple | None
+    budget: object = None  # a per-feature eps (`Config.budget`): a curve's eps are scalars
 
 
 def _resolve_attack(attack):
