@@ -179,18 +179,19 @@ class SmoothedClassifier:
         total, step = m * n, min(self.batch_size, rows)
         span = min(-(-step // n) + 1, m)  # the most points one batch touches: one shape for every batch
         counts = keras.ops.zeros((m + span, n_classes), "int32")  # `span` spare rows: every slice fits
+        offsets = keras.ops.arange(rows, dtype="int32")  # the batch's rows; indices made on the device
         with tqdm(total=total, desc=desc, unit="sample", unit_scale=True, disable=not self.verbose) as bar:
             for start in range(0, total, step):
                 stop = min(start + step, total)
                 first = start // n
-                point = np.minimum(np.arange(start, start + rows) // n, (stop - 1) // n)  # padding: last
-                xb = keras.ops.take(x_dev, backend.to_tensor(point.astype(np.int32)), axis=0)
+                # each row's point, counted from `first` (padding rows: the last point of the batch)
+                segment = keras.ops.minimum((offsets + start % n) // n, (stop - 1) // n - first)
+                xb = keras.ops.take(x_dev, segment + first, axis=0)
                 shape = keras.ops.shape(xb)
                 noise = keras.random.normal(shape, stddev=self.sigma, dtype=xb.dtype, seed=generator)
                 ids = decision(backend.distribute_batch((xb + noise,))[0])
-                valid = backend.to_tensor((np.arange(rows) < stop - start).astype(np.int32)[:, None])
+                valid = keras.ops.expand_dims(keras.ops.cast(offsets < stop - start, "int32"), -1)
                 votes = keras.ops.cast(keras.ops.expand_dims(ids, -1) == classes, "int32") * valid
-                segment = backend.to_tensor((point - first).astype(np.int32))
                 local = keras.ops.segment_sum(votes, segment, num_segments=span)
                 block = keras.ops.slice(counts, (first, 0), (span, n_classes))
                 counts = keras.ops.slice_update(counts, (first, 0), block + local)
