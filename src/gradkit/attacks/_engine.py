@@ -155,7 +155,19 @@ _TRACE = contextvars.ContextVar("gradkit_loss_trace", default=None)
 
 @contextlib.contextmanager
 def tracing_losses():
-    """Records the per-step best loss of the ascents run inside the block: yields a `LossTrace`."""
+    """Records the per-step best loss of the ascents (APGD, PGD, BIM) run inside the block.
+
+    Yields:
+        A `LossTrace`: per run, one float32 backend tensor `(rows,)` per step, the best loss of each row
+        not yet fooled (NaN once fooled and on padding rows), appended on the device without a read;
+        `tails(share=0.1)` reads each run once and returns `(start, end, count)` floats. FAB, Square and
+        the minimum-norm attacks add nothing. Nothing is raised; traces nest (the innermost records).
+
+    Example:
+        >>> with gradkit.attacks.tracing_losses() as trace:  # doctest: +SKIP
+        ...     gradkit.apgd(model, x, y, eps=0.1)
+        >>> start, end, count = trace.tails()  # doctest: +SKIP
+    """
     trace = LossTrace()
     token = _TRACE.set(trace)
     try:

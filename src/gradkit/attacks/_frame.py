@@ -152,8 +152,21 @@ def _leaf_names(x):
 
 
 def check_eps(eps, norm, name="eps"):
-    """`eps` as a float >= 0 (`_checks.check_eps`), or for Linf per feature: a finite float32 array
-    >= 0 broadcastable to one input's shape. ValueError for an array with another norm."""
+    """The attack budget checked before any work.
+
+    Args:
+        eps: float >= 0 (input units), or for Linf a per-feature budget: an array of finite values >= 0
+            broadcastable to one input's shape.
+        norm: the checked norm (np.inf, 2.0 or 1.0).
+        name: the argument's name in messages. Defaults to "eps".
+
+    Returns:
+        The float, or the float32 array.
+
+    Raises:
+        ValueError: a negative or non-finite value, or an array with a norm other than Linf.
+        TypeError: a value that is not a number or an array of numbers.
+    """
     if np.ndim(eps) == 0:
         return _checks.check_eps(eps, name)
     if norm != np.inf:

@@ -21,7 +21,15 @@ _WIDE = float(np.finfo(np.float32).max)  # the bound of an input without clip va
 
 
 def is_several(model, x):
-    """Whether `x` is a list, tuple or dict of arrays for a Keras model of several inputs."""
+    """Whether `x` is a list, tuple or dict of arrays for a Keras model of several inputs.
+
+    Args:
+        model: any object; only a `keras.Model` with more than one input can be True.
+        x: any object.
+
+    Returns:
+        bool: True when the attacks take `x` through `FlatInputs` (one flat row). Raises nothing.
+    """
     several = isinstance(x, (list, tuple, dict)) and isinstance(model, keras.Model)
     return several and len(input_names(model)) > 1
 
